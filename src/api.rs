@@ -1,0 +1,1 @@
+//! The HTTP/JSON control endpoint (`serve`). (Skeleton.)

@@ -1,0 +1,1 @@
+//! The persisted environment (`<root>/env.json`, 0600). (Skeleton.)

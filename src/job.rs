@@ -1,0 +1,209 @@
+//! Job ids, statuses and the on-disk record (`job.json`), as fixed by the contract.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// The record format this binary writes. Readers accept older versions and unknown fields.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// A validated job id: `job_` + 20 lowercase hex characters. Nothing else ever reaches a path.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JobId(String);
+
+impl JobId {
+    /// Parses an id, refusing anything that is not exactly `job_` + 20 lowercase hex.
+    pub fn parse(s: &str) -> Option<JobId> {
+        let hex = s.strip_prefix("job_")?;
+        (hex.len() == 20 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+            .then(|| JobId(s.to_string()))
+    }
+
+    /// A fresh random id from the kernel's random source.
+    pub fn random() -> std::io::Result<JobId> {
+        let mut buf = [0u8; 10];
+        crate::proc::random_bytes(&mut buf)?;
+        Ok(JobId(format!("job_{}", hex(&buf))))
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Lowercase hex of bytes.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A job's status, as the contract names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Its supervisor is alive and the job has not ended.
+    Running,
+    /// Exited 0.
+    Succeeded,
+    /// Non-zero exit, or killed by a signal the agent did not send.
+    Failed,
+    /// Ended by its timeout or idle timeout.
+    TimedOut,
+    /// Ended by a cancel request.
+    Cancelled,
+    /// Its supervisor is gone; `reason` says why.
+    Lost,
+}
+
+impl Status {
+    /// The contract's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Running => "running",
+            Status::Succeeded => "succeeded",
+            Status::Failed => "failed",
+            Status::TimedOut => "timed_out",
+            Status::Cancelled => "cancelled",
+            Status::Lost => "lost",
+        }
+    }
+
+    /// Parses the contract's name.
+    pub fn parse(s: &str) -> Option<Status> {
+        Some(match s {
+            "running" => Status::Running,
+            "succeeded" => Status::Succeeded,
+            "failed" => Status::Failed,
+            "timed_out" => Status::TimedOut,
+            "cancelled" => Status::Cancelled,
+            "lost" => Status::Lost,
+            _ => return None,
+        })
+    }
+
+    /// All statuses, in the order reports list them.
+    pub const ALL: [Status; 6] = [
+        Status::Running,
+        Status::Succeeded,
+        Status::Failed,
+        Status::TimedOut,
+        Status::Cancelled,
+        Status::Lost,
+    ];
+
+    /// True once the job can change no more.
+    pub fn is_final(self) -> bool {
+        self != Status::Running
+    }
+}
+
+/// The job record, `jobs/<id>/job.json`. Unknown fields written by a newer agent are kept.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct JobRecord {
+    /// Record format; absent in the very first format, read as 0.
+    #[serde(default)]
+    pub format_version: u32,
+    pub id: String,
+    /// The shell command, with secret values masked.
+    pub command: String,
+    pub cwd: String,
+    pub status: Status,
+    pub exit_code: Option<i32>,
+    pub signal: Option<String>,
+    pub created_at: String,
+    pub started_at: Option<String>,
+    pub ended_at: Option<String>,
+    pub timeout_seconds: f64,
+    #[serde(default)]
+    pub idle_timeout_seconds: Option<f64>,
+    pub pid: Option<i32>,
+    pub pgid: Option<i32>,
+    /// Bytes in output.log; final once the job has ended, a live figure from the file before.
+    pub output_bytes: u64,
+    /// Why the job is `lost`, timed out or cut short; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// True when output was dropped (cap reached or disk full).
+    #[serde(default)]
+    pub output_truncated: bool,
+    /// How many sanitized bytes were dropped.
+    #[serde(default)]
+    pub output_dropped_bytes: u64,
+    /// The supervisor's pid and its start time (clock ticks since boot), so a reused pid is
+    /// never signalled.
+    #[serde(default)]
+    pub supervisor_pid: Option<i32>,
+    #[serde(default)]
+    pub supervisor_start: Option<u64>,
+    /// The kernel boot id the job started under.
+    #[serde(default)]
+    pub boot_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    /// Fields this binary does not know, kept on rewrite.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+impl JobRecord {
+    /// The `isError` of the contract: true unless succeeded; false while running.
+    pub fn is_error(&self) -> bool {
+        !matches!(self.status, Status::Succeeded | Status::Running)
+    }
+
+    /// The record plus `output` and `isError`: the one shape of `exec --json`,
+    /// `POST /v1/jobs`, `GET /v1/jobs/{id}` and `status ID --json`.
+    pub fn view(&self, output: String) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).unwrap_or_default();
+        if let Some(o) = v.as_object_mut() {
+            o.insert("output".into(), output.into());
+            o.insert("isError".into(), self.is_error().into());
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_strict() {
+        assert!(JobId::parse("job_0123456789abcdef0123").is_some());
+        for bad in [
+            "",
+            "job_",
+            "job_0123456789ABCDEF0123",
+            "job_0123456789abcdef012",
+            "job_0123456789abcdef01234",
+            "../../etc",
+            "job_0123456789abcdef012/",
+            "job_..23456789abcdef0123",
+            "job_0123456789abcdef012\0",
+            "JOB_0123456789abcdef0123",
+        ] {
+            assert!(JobId::parse(bad).is_none(), "{bad:?}");
+        }
+        let id = JobId::random().unwrap();
+        assert!(JobId::parse(id.as_str()).is_some());
+    }
+
+    #[test]
+    fn record_keeps_unknown_fields_and_reads_old_format() {
+        let old = r#"{"id":"job_0123456789abcdef0123","command":"true","cwd":"/","status":"succeeded",
+            "exitCode":0,"signal":null,"createdAt":"2026-01-01T00:00:00Z","startedAt":null,
+            "endedAt":null,"timeoutSeconds":5,"pid":null,"pgid":null,"outputBytes":0,"future":{"x":1}}"#;
+        let r: JobRecord = serde_json::from_str(old).unwrap();
+        assert_eq!(r.format_version, 0);
+        assert_eq!(r.extra["future"]["x"], 1);
+        let again = serde_json::to_string(&r).unwrap();
+        assert!(again.contains("\"future\""));
+        assert!(!r.is_error());
+    }
+}

@@ -1,0 +1,1 @@
+//! Starting a job: folder, record, supervisor. (Skeleton.)

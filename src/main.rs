@@ -1,0 +1,3 @@
+fn main() {
+    std::process::exit(gitterm_agent::cli::main());
+}

@@ -1,0 +1,1 @@
+//! Readiness probes for previews: TCP connect or an HTTP request. (Skeleton.)
