@@ -1,6 +1,579 @@
-//! The command line. (Skeleton.)
+//! The command line: `exec`, `status`, `logs`, `cancel`, `serve`, `prune`, and the internal
+//! `supervise`. Local commands read and write the same state root as the server.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use clap::{Parser, Subcommand};
+
+use crate::error::{Error, Result};
+use crate::job::{JobId, JobRecord, Status};
+use crate::launch::{self, Config, StartRequest};
+use crate::store::{self, Listed, Store};
+
+#[derive(Parser)]
+#[command(name = "gitterm-agent", version = crate::VERSION, about = "Runs and supervises jobs inside a sandbox.", long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+/// Limits shared by `exec` and `serve`.
+#[derive(clap::Args, Clone)]
+pub struct LimitArgs {
+    /// Seconds between TERM and KILL when a job ends
+    #[arg(
+        long,
+        value_name = "S",
+        default_value = "5",
+        allow_hyphen_values = true
+    )]
+    pub grace: String,
+    /// Cap on any job's timeout (longer requests are clamped)
+    #[arg(
+        long,
+        value_name = "S",
+        default_value = "3600",
+        allow_hyphen_values = true
+    )]
+    pub max_job_seconds: String,
+    /// Per-job cap on stored output; past it output is drained but not stored
+    #[arg(long, value_name = "BYTES", default_value = "1073741824")]
+    pub max_output_bytes: u64,
+    /// Most jobs running at once
+    #[arg(long, value_name = "N", default_value = "256")]
+    pub max_running: usize,
+}
+
+impl LimitArgs {
+    /// The validated limits.
+    pub fn config(&self) -> Result<Config> {
+        let grace = parse_seconds("--grace", &self.grace, true)?;
+        let max = parse_seconds("--max-job-seconds", &self.max_job_seconds, false)?;
+        if self.max_running == 0 {
+            return Err(Error::Invalid("--max-running must be at least 1".into()));
+        }
+        Ok(Config {
+            max_job_seconds: max,
+            grace_seconds: grace,
+            max_output_bytes: self.max_output_bytes,
+            max_running: self.max_running,
+        })
+    }
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a shell command as a job; stream its output and exit with its status
+    Exec {
+        /// Seconds before the job is ended as timed out (capped by --max-job-seconds)
+        #[arg(long, value_name = "S", allow_hyphen_values = true)]
+        timeout: Option<String>,
+        /// End the job as timed out after this many seconds without output
+        #[arg(long, value_name = "S", allow_hyphen_values = true)]
+        idle_timeout: Option<String>,
+        /// Wait at most this many seconds for the end (0: return at once); default: until it ends
+        #[arg(long, value_name = "S", allow_hyphen_values = true)]
+        wait: Option<String>,
+        /// Working folder of the job
+        #[arg(long, value_name = "DIR")]
+        cwd: Option<PathBuf>,
+        /// An environment variable for the job (repeatable)
+        #[arg(long = "env", value_name = "K=V")]
+        env: Vec<String>,
+        /// A 0600 file of NAME=value secrets (repeatable); values are redacted from output
+        #[arg(long = "secret-file", value_name = "F")]
+        secret_files: Vec<PathBuf>,
+        /// Print the job record (with its output tail) as JSON instead of streaming output
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        limits: LimitArgs,
+        /// The command; words are joined with single spaces (as ssh does)
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
+    /// List jobs, or show one job's record and output tail
+    Status {
+        /// A job id
+        id: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a job's stored output
+    Logs {
+        id: String,
+        /// Start at this byte offset
+        #[arg(long, default_value = "0")]
+        offset: u64,
+        /// Keep printing new output until the job ends
+        #[arg(long, short)]
+        follow: bool,
+    },
+    /// Cancel a job: TERM, then KILL after the grace period, to all its processes
+    Cancel {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Serve the HTTP/JSON control endpoint
+    Serve(crate::api::ServeArgs),
+    /// Remove ended jobs past the retention limits
+    Prune {
+        /// Keep at most this many ended jobs (newest first)
+        #[arg(long, default_value = "1000")]
+        keep_jobs: usize,
+        /// Remove ended jobs older than this many days
+        #[arg(long, default_value = "7")]
+        keep_days: f64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// (internal) supervise one job
+    #[command(hide = true)]
+    Supervise {
+        #[arg(long)]
+        root: PathBuf,
+        id: String,
+    },
+}
 
 /// Runs the CLI and returns the exit status.
 pub fn main() -> i32 {
-    0
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return match e.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => 0,
+                _ => 2,
+            };
+        }
+    };
+    if let Cmd::Supervise { root, id } = &cli.cmd {
+        return crate::supervise::main(root, id);
+    }
+    match run(cli.cmd) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("gitterm-agent: {e}");
+            e.exit_status()
+        }
+    }
+}
+
+fn open_store() -> Result<Store> {
+    Store::open(&store::default_root())
+}
+
+fn run(cmd: Cmd) -> Result<i32> {
+    match cmd {
+        Cmd::Exec {
+            timeout,
+            idle_timeout,
+            wait,
+            cwd,
+            env,
+            secret_files,
+            json,
+            limits,
+            command,
+        } => {
+            let cfg = limits.config()?;
+            let mut req = StartRequest {
+                command: command.join(" "),
+                cwd: cwd.map(|c| c.to_string_lossy().into_owned()),
+                timeout_seconds: timeout
+                    .map(|t| parse_seconds("--timeout", &t, false))
+                    .transpose()?,
+                idle_timeout_seconds: idle_timeout
+                    .map(|t| parse_seconds("--idle-timeout", &t, false))
+                    .transpose()?,
+                ..Default::default()
+            };
+            let wait = wait
+                .map(|w| parse_seconds("--wait", &w, true))
+                .transpose()?;
+            for kv in env {
+                let (k, v) = kv.split_once('=').ok_or_else(|| {
+                    Error::Invalid(format!("--env {kv:?} is malformed: use NAME=value"))
+                })?;
+                launch::check_env(k, v)?;
+                req.env.insert(k.to_string(), v.to_string());
+            }
+            for f in &secret_files {
+                for var in crate::secrets::load_file(f)? {
+                    req.secrets.retain(|s| s.name != var.name);
+                    req.secrets.push(var);
+                }
+            }
+            let store = open_store()?;
+            let persisted = persisted_env(&store)?;
+            exec(&store, &cfg, &persisted, req, wait, json)
+        }
+        Cmd::Status { id: Some(id), json } => {
+            let store = open_store()?;
+            let id = Store::parse_id(&id)?;
+            let rec = store.load(&id)?;
+            if json {
+                print_json(&store.view(&rec));
+            } else {
+                print_record(&store, &rec);
+            }
+            Ok(0)
+        }
+        Cmd::Status { id: None, json } => {
+            let store = open_store()?;
+            let list = store.list();
+            if json {
+                print_json(
+                    &serde_json::json!({"jobs": list.iter().map(listed_json).collect::<Vec<_>>()}),
+                );
+            } else {
+                print_table(&list);
+            }
+            Ok(0)
+        }
+        Cmd::Logs { id, offset, follow } => {
+            let store = open_store()?;
+            let id = Store::parse_id(&id)?;
+            store.load(&id)?;
+            let mut off = offset;
+            let stop = Arc::new(AtomicBool::new(false));
+            follow_output(&store, &id, &mut off, follow, None, &stop)?;
+            Ok(0)
+        }
+        Cmd::Cancel { id, json } => {
+            let store = open_store()?;
+            let id = Store::parse_id(&id)?;
+            let rec = launch::cancel(&store, &id, Duration::from_secs(30))?;
+            if json {
+                print_json(&store.view(&rec));
+            } else {
+                println!("{} {}", rec.id, rec.status.as_str());
+            }
+            Ok(0)
+        }
+        Cmd::Serve(args) => crate::api::serve_main(args),
+        Cmd::Prune {
+            keep_jobs,
+            keep_days,
+            json,
+        } => {
+            let store = open_store()?;
+            if !keep_days.is_finite() || keep_days < 0.0 {
+                return Err(Error::Invalid(format!(
+                    "--keep-days must be 0 or more, got {keep_days}"
+                )));
+            }
+            let removed = store.prune(keep_jobs, Duration::from_secs_f64(keep_days * 86_400.0));
+            if json {
+                print_json(&serde_json::json!({"removed": removed}));
+            } else if removed.is_empty() {
+                println!("nothing to prune");
+            } else {
+                for r in &removed {
+                    println!("removed {r}");
+                }
+                println!("{} jobs removed", removed.len());
+            }
+            Ok(0)
+        }
+        Cmd::Supervise { .. } => unreachable!("handled in main"),
+    }
+}
+
+/// The persisted env every new job starts with.
+pub fn persisted_env(store: &Store) -> Result<BTreeMap<String, String>> {
+    crate::envstore::EnvStore::open(store.root()).vars()
+}
+
+/// Parses a number of seconds from a flag; `zero_ok` allows 0.
+pub fn parse_seconds(flag: &str, s: &str, zero_ok: bool) -> Result<f64> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| Error::Invalid(format!("{flag} expects a number of seconds, got {s:?}")))?;
+    if zero_ok && v == 0.0 {
+        return Ok(0.0);
+    }
+    launch::check_seconds(flag, v)
+}
+
+fn exec(
+    store: &Store,
+    cfg: &Config,
+    env: &BTreeMap<String, String>,
+    req: StartRequest,
+    wait: Option<f64>,
+    json: bool,
+) -> Result<i32> {
+    let rec = launch::start(store, cfg, env, req)?;
+    let id = JobId::parse(&rec.id)
+        .ok_or_else(|| Error::Internal("started a job with a bad id".into()))?;
+    let deadline = wait.map(|w| Instant::now() + Duration::from_secs_f64(w));
+    // Ctrl-C (or TERM/HUP) while we wait cancels the job rather than orphaning it.
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
+        let _ = signal_hook::flag::register(sig, Arc::clone(&interrupted));
+    }
+    let rec = if json {
+        wait_end(store, &id, deadline, &interrupted)?
+    } else {
+        let mut off = 0;
+        follow_output(store, &id, &mut off, true, deadline, &interrupted)?;
+        store.load(&id)?
+    };
+    if json {
+        print_json(&store.view(&rec));
+    } else if rec.status == Status::Running {
+        eprintln!(
+            "gitterm-agent: job {} is still running; follow it with: gitterm-agent logs --follow {}",
+            rec.id, rec.id
+        );
+    } else if let Some(reason) = rec
+        .reason
+        .as_deref()
+        .filter(|_| rec.status != Status::Succeeded)
+        && (matches!(rec.status, Status::TimedOut | Status::Lost)
+            || rec.output_truncated
+            || rec.exit_code.is_none())
+    {
+        {
+            eprintln!(
+                "gitterm-agent: job {} {}: {reason}",
+                rec.id,
+                rec.status.as_str()
+            );
+        }
+    }
+    Ok(exit_status(&rec))
+}
+
+fn wait_end(
+    store: &Store,
+    id: &JobId,
+    deadline: Option<Instant>,
+    interrupted: &AtomicBool,
+) -> Result<JobRecord> {
+    let watcher = store::Watcher::new(&store.job_dir(id));
+    let mut cancel_sent = false;
+    loop {
+        let rec = store.load(id)?;
+        let now = Instant::now();
+        if rec.status.is_final() || deadline.is_some_and(|d| now >= d) {
+            return Ok(rec);
+        }
+        if interrupted.load(Ordering::Relaxed) && !cancel_sent {
+            cancel_sent = true;
+            request_cancel(&rec);
+        }
+        let nap = deadline.map_or(Duration::from_millis(250), |d| {
+            (d - now).min(Duration::from_millis(250))
+        });
+        store::nap(watcher.as_ref(), nap);
+    }
+}
+
+fn request_cancel(rec: &JobRecord) {
+    if let (Some(pid), Some(start)) = (rec.supervisor_pid, rec.supervisor_start) {
+        crate::proc::signal_verified(pid, start, nix::sys::signal::Signal::SIGUSR1);
+    }
+}
+
+/// Prints output from `*off`; with `follow`, keeps going until the job has ended and all
+/// its output is printed (or `deadline` passes).
+fn follow_output(
+    store: &Store,
+    id: &JobId,
+    off: &mut u64,
+    follow: bool,
+    deadline: Option<Instant>,
+    interrupted: &AtomicBool,
+) -> Result<()> {
+    let watcher = if follow {
+        store::Watcher::new(&store.job_dir(id))
+    } else {
+        None
+    };
+    let mut stdout = std::io::stdout().lock();
+    let mut cancel_sent = false;
+    loop {
+        // Read the record before the output: if it says "ended", all output is on disk.
+        let rec = store.load(id)?;
+        loop {
+            let page = store.read_page(id, *off, store::MAX_PAGE)?;
+            if !page.data.is_empty() && stdout.write_all(page.data.as_bytes()).is_err() {
+                return Ok(()); // reader went away (e.g. `| head`)
+            }
+            *off = page.next_offset;
+            if page.eof {
+                break;
+            }
+        }
+        let _ = stdout.flush();
+        if !follow || rec.status.is_final() || deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(());
+        }
+        if interrupted.load(Ordering::Relaxed) && !cancel_sent {
+            cancel_sent = true;
+            request_cancel(&rec);
+        }
+        let nap = deadline.map_or(Duration::from_millis(250), |d| {
+            d.saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(250))
+        });
+        store::nap(watcher.as_ref(), nap);
+    }
+}
+
+/// The CLI exit status for a job: its own code, 128+signal, 124 timed out, 125 lost.
+pub fn exit_status(rec: &JobRecord) -> i32 {
+    let by_signal = || {
+        rec.signal
+            .as_deref()
+            .and_then(|s| s.parse::<nix::sys::signal::Signal>().ok())
+            .map(|s| 128 + s as i32)
+    };
+    match rec.status {
+        Status::Running => 0,
+        Status::Succeeded => 0,
+        Status::TimedOut => 124,
+        Status::Lost => 125,
+        Status::Failed if rec.exit_code.is_none() && rec.signal.is_none() => 125,
+        Status::Failed | Status::Cancelled => rec.exit_code.or_else(by_signal).unwrap_or(130),
+    }
+}
+
+fn print_json(v: &serde_json::Value) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+fn listed_json(l: &Listed) -> serde_json::Value {
+    match l {
+        Listed::Job(r) => serde_json::to_value(r.as_ref()).unwrap_or_default(),
+        Listed::Corrupt { id, error } => {
+            serde_json::json!({"id": id, "corrupt": true, "error": error})
+        }
+    }
+}
+
+fn since(ts: Option<&str>, until: SystemTime) -> Option<Duration> {
+    until.duration_since(crate::timefmt::parse(ts?)?).ok()
+}
+
+/// A short human duration: `850ms`, `12s`, `5m`, `3h`, `2d`.
+pub fn human(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0 => format!("{}ms", d.as_millis()),
+        1..=119 => format!("{s}s"),
+        120..=7199 => format!("{}m", s / 60),
+        7200..=172_799 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+fn print_table(list: &[Listed]) {
+    let now = SystemTime::now();
+    println!(
+        "{:<24}  {:<9}  {:>5}  {:>8}  {:>7}  COMMAND",
+        "ID", "STATUS", "AGE", "DURATION", "EXIT"
+    );
+    for l in list {
+        match l {
+            Listed::Job(r) => {
+                let end = r
+                    .ended_at
+                    .as_deref()
+                    .and_then(crate::timefmt::parse)
+                    .unwrap_or(now);
+                let dur = since(r.started_at.as_deref(), end)
+                    .map(human)
+                    .unwrap_or_else(|| "-".into());
+                let age = since(Some(&r.created_at), now)
+                    .map(human)
+                    .unwrap_or_else(|| "-".into());
+                let exit = match (&r.exit_code, &r.signal) {
+                    (Some(c), _) => c.to_string(),
+                    (None, Some(s)) => s.clone(),
+                    _ => "-".into(),
+                };
+                let cmd: String = r
+                    .command
+                    .chars()
+                    .map(|c| if c.is_control() { ' ' } else { c })
+                    .take(60)
+                    .collect();
+                println!(
+                    "{:<24}  {:<9}  {:>5}  {:>8}  {:>7}  {cmd}",
+                    r.id,
+                    r.status.as_str(),
+                    age,
+                    dur,
+                    exit
+                );
+            }
+            Listed::Corrupt { id, error } => println!("{id:<24}  {:<9}  {error}", "corrupt"),
+        }
+    }
+}
+
+fn print_record(store: &Store, rec: &JobRecord) {
+    let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    println!("id:        {}", rec.id);
+    println!("status:    {}", rec.status.as_str());
+    if let Some(r) = &rec.reason {
+        println!("reason:    {r}");
+    }
+    println!("command:   {}", rec.command);
+    println!("cwd:       {}", rec.cwd);
+    println!(
+        "exit:      {}",
+        rec.exit_code
+            .map(|c| c.to_string())
+            .or(rec.signal.clone())
+            .unwrap_or_else(|| "-".into())
+    );
+    println!("created:   {}", rec.created_at);
+    println!("started:   {}", opt(&rec.started_at));
+    println!("ended:     {}", opt(&rec.ended_at));
+    println!("timeout:   {} s", rec.timeout_seconds);
+    println!(
+        "pid/pgid:  {}/{}",
+        rec.pid.map_or("-".into(), |p| p.to_string()),
+        rec.pgid.map_or("-".into(), |p| p.to_string())
+    );
+    let id = JobId::parse(&rec.id);
+    let bytes = if rec.status == Status::Running {
+        id.as_ref().map_or(0, |i| store.output_size(i))
+    } else {
+        rec.output_bytes
+    };
+    println!(
+        "output:    {bytes} bytes{}",
+        if rec.output_truncated {
+            " (truncated)"
+        } else {
+            ""
+        }
+    );
+    if let Some(id) = id {
+        let tail = store.tail(&id);
+        if !tail.is_empty() {
+            println!("--- output tail ---");
+            print!("{tail}");
+            if !tail.ends_with('\n') {
+                println!();
+            }
+        }
+    }
 }

@@ -1,1 +1,427 @@
-//! Starting a job: folder, record, supervisor. (Skeleton.)
+//! Starting and cancelling jobs: the one spawn path shared by the CLI and the server.
+
+use std::collections::BTreeMap;
+use std::fs::{self, OpenOptions};
+use std::io::{BufRead, BufReader};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+use crate::error::{Error, Result};
+use crate::job::{FORMAT_VERSION, JobId, JobRecord, Status};
+use crate::redact::Redactor;
+use crate::secrets::SecretVar;
+use crate::store::{self, Store};
+use crate::supervise::{LOCK_FD, Spec};
+
+/// Timeouts above this many seconds are refused as absurd (a unit mistake), not clamped.
+pub const ABSURD_SECONDS: f64 = 1e9;
+
+/// The agent's limits, set by flags of `exec` and `serve`.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Cap on any job's timeout; longer requests are clamped.
+    pub max_job_seconds: f64,
+    /// Seconds between TERM and KILL.
+    pub grace_seconds: f64,
+    /// Per-job cap on stored output.
+    pub max_output_bytes: u64,
+    /// Most jobs running at once.
+    pub max_running: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            max_job_seconds: 3600.0,
+            grace_seconds: 5.0,
+            max_output_bytes: 1 << 30,
+            max_running: 256,
+        }
+    }
+}
+
+/// Everything a caller may ask of a new job.
+#[derive(Debug, Clone, Default)]
+pub struct StartRequest {
+    pub command: String,
+    pub cwd: Option<String>,
+    /// The job's own variables (they win over the persisted env).
+    pub env: BTreeMap<String, String>,
+    pub stdin: Option<Vec<u8>>,
+    pub secrets: Vec<SecretVar>,
+    pub timeout_seconds: Option<f64>,
+    pub idle_timeout_seconds: Option<f64>,
+    pub idempotency_key: Option<String>,
+}
+
+/// Checks a timeout value given in seconds; `what` names the field in errors.
+pub fn check_seconds(what: &str, v: f64) -> Result<f64> {
+    if !v.is_finite() {
+        return Err(Error::Invalid(format!(
+            "{what} must be a number of seconds, got {v}"
+        )));
+    }
+    if v <= 0.0 {
+        return Err(Error::Invalid(format!(
+            "{what} must be more than 0 seconds, got {v}"
+        )));
+    }
+    if v > ABSURD_SECONDS {
+        return Err(Error::Invalid(format!(
+            "{what} of {v} s is absurd (over {ABSURD_SECONDS} s)"
+        )));
+    }
+    Ok(v)
+}
+
+/// Checks an environment variable for a job.
+pub fn check_env(name: &str, value: &str) -> Result<()> {
+    let valid = !name.is_empty()
+        && !name.as_bytes()[0].is_ascii_digit()
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if !valid {
+        return Err(Error::Invalid(format!(
+            "environment variable name {name:?} is invalid: use letters, digits and _, not starting with a digit"
+        )));
+    }
+    if value.contains('\0') {
+        return Err(Error::Invalid(format!(
+            "environment variable {name} holds a NUL byte"
+        )));
+    }
+    Ok(())
+}
+
+/// Validates a request and resolves its working folder, before anything is written.
+fn validate(req: &StartRequest, cfg: &Config) -> Result<(String, f64, Option<f64>)> {
+    if req.command.trim().is_empty() {
+        return Err(Error::Invalid(
+            "command is empty: give a shell command to run".into(),
+        ));
+    }
+    if req.command.contains('\0') {
+        return Err(Error::Invalid("command holds a NUL byte".into()));
+    }
+    for (k, v) in &req.env {
+        check_env(k, v)?;
+    }
+    let cwd = match &req.cwd {
+        Some(c) if c.contains('\0') => return Err(Error::Invalid("cwd holds a NUL byte".into())),
+        Some(c) => Path::new(c).to_path_buf(),
+        None => std::env::current_dir()
+            .map_err(|e| Error::Invalid(format!("the current folder is unusable: {e}")))?,
+    };
+    let meta =
+        fs::metadata(&cwd).map_err(|e| Error::Invalid(format!("cwd {}: {e}", cwd.display())))?;
+    if !meta.is_dir() {
+        return Err(Error::Invalid(format!(
+            "cwd {} is not a folder",
+            cwd.display()
+        )));
+    }
+    if nix::unistd::access(&cwd, nix::unistd::AccessFlags::X_OK).is_err() {
+        return Err(Error::Invalid(format!(
+            "cwd {} cannot be entered (permission denied)",
+            cwd.display()
+        )));
+    }
+    let cwd = fs::canonicalize(&cwd).unwrap_or(cwd);
+    let timeout = match req.timeout_seconds {
+        Some(t) => check_seconds("timeoutSeconds", t)?.min(cfg.max_job_seconds),
+        None => cfg.max_job_seconds,
+    };
+    let idle = req
+        .idle_timeout_seconds
+        .map(|t| check_seconds("idleTimeoutSeconds", t))
+        .transpose()?;
+    Ok((cwd.to_string_lossy().into_owned(), timeout, idle))
+}
+
+/// How many jobs are running now (cheap: one folder listing).
+pub fn running_count(store: &Store) -> usize {
+    fs::read_dir(store.root().join("running"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// Starts a job and returns its record once the shell runs. `persisted_env` comes first;
+/// the request's own variables win over it.
+pub fn start(
+    store: &Store,
+    cfg: &Config,
+    persisted_env: &BTreeMap<String, String>,
+    req: StartRequest,
+) -> Result<JobRecord> {
+    let (cwd, timeout, idle) = validate(&req, cfg)?;
+    // Held until the job is recorded under its key, so two retries racing each other
+    // still start one job.
+    let _key_lock = req
+        .idempotency_key
+        .as_deref()
+        .map(|k| idem_lock(store, k))
+        .transpose()?;
+    if let Some(key) = &req.idempotency_key
+        && let Some(id) = idempotent_lookup(store, key)?
+    {
+        return store.load(&id);
+    }
+    if running_count(store) >= cfg.max_running {
+        return Err(Error::RateLimited(format!(
+            "{} jobs are running, the most this agent allows; wait for one to end or cancel one",
+            cfg.max_running
+        )));
+    }
+    let id = JobId::random().map_err(|e| Error::io("random id", e))?;
+    let dir = store.job_dir(&id);
+    let result = create_and_spawn(store, cfg, persisted_env, &req, &id, cwd, timeout, idle);
+    match result {
+        Ok(rec) => {
+            if let Some(key) = &req.idempotency_key {
+                idempotent_record(store, key, &id);
+            }
+            Ok(rec)
+        }
+        Err(e) => {
+            // Nothing half-written: a job that never started leaves no folder behind,
+            // unless its supervisor already recorded why it failed.
+            if store
+                .read_raw(&id)
+                .map(|r| r.status == Status::Running)
+                .unwrap_or(true)
+            {
+                let _ = fs::remove_dir_all(&dir);
+            }
+            let _ = fs::remove_file(store.root().join("running").join(id.as_str()));
+            Err(e)
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn create_and_spawn(
+    store: &Store,
+    cfg: &Config,
+    persisted_env: &BTreeMap<String, String>,
+    req: &StartRequest,
+    id: &JobId,
+    cwd: String,
+    timeout: f64,
+    idle: Option<f64>,
+) -> Result<JobRecord> {
+    let dir = store.job_dir(id);
+    let io = |what: &str| {
+        let what = format!("creating job {id}: {what}");
+        move |e| Error::io(what, e)
+    };
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(io("folder"))?;
+    let lock = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(dir.join(store::LOCK))
+        .map_err(io("lock"))?;
+    lock.lock().map_err(io("lock"))?;
+
+    let values: Vec<&[u8]> = req
+        .secrets
+        .iter()
+        .map(|s| s.value.expose().as_bytes())
+        .collect();
+    let masked = Redactor::new(&values).redact_str(&req.command);
+    let mut env = persisted_env.clone();
+    env.extend(req.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let spec = Spec {
+        command: req.command.clone(),
+        cwd: cwd.clone(),
+        env,
+        timeout_seconds: timeout,
+        idle_timeout_seconds: idle,
+        grace_seconds: cfg.grace_seconds,
+        max_output_bytes: cfg.max_output_bytes,
+        has_stdin: req.stdin.is_some(),
+    };
+    let private = |name: &str, data: &[u8]| store::write_atomic(&dir.join(name), data, 0o600);
+    private(store::SPEC, &serde_json::to_vec(&spec).unwrap_or_default())
+        .map_err(io("spec.json"))?;
+    if !req.secrets.is_empty() {
+        private(
+            store::SECRETS,
+            crate::secrets::serialize(&req.secrets).as_bytes(),
+        )
+        .map_err(io("secrets file"))?;
+    }
+    if let Some(stdin) = &req.stdin {
+        private(store::STDIN, stdin).map_err(io("stdin"))?;
+    }
+    let rec = JobRecord {
+        format_version: FORMAT_VERSION,
+        id: id.to_string(),
+        command: masked,
+        cwd,
+        status: Status::Running,
+        exit_code: None,
+        signal: None,
+        created_at: crate::timefmt::now(),
+        started_at: None,
+        ended_at: None,
+        timeout_seconds: timeout,
+        idle_timeout_seconds: idle,
+        pid: None,
+        pgid: None,
+        output_bytes: 0,
+        reason: None,
+        output_truncated: false,
+        output_dropped_bytes: 0,
+        supervisor_pid: None,
+        supervisor_start: None,
+        boot_id: Some(crate::sandbox::boot_id()).filter(|b| !b.is_empty()),
+        idempotency_key: req.idempotency_key.clone(),
+        extra: Default::default(),
+    };
+    store.write_record(&rec).map_err(io("job.json"))?;
+    let running = store.root().join("running");
+    crate::store::ensure_private_dir(&running).map_err(io("running folder"))?;
+    fs::write(running.join(id.as_str()), b"").map_err(io("running marker"))?;
+
+    spawn_supervisor(store, id, &lock)?;
+    drop(lock);
+    store.read_raw(id)
+}
+
+fn spawn_supervisor(store: &Store, id: &JobId, lock: &fs::File) -> Result<()> {
+    let lock_fd = lock.as_raw_fd();
+    let mut cmd = Command::new("/proc/self/exe");
+    cmd.arg("supervise")
+        .arg("--root")
+        .arg(store.root())
+        .arg(id.as_str())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    // SAFETY: dup2, fcntl and setsid are async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            // dup2 onto itself keeps close-on-exec, so clear it by hand in that case.
+            let r = if lock_fd == LOCK_FD {
+                libc::fcntl(LOCK_FD, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(lock_fd, LOCK_FD)
+            };
+            if r < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // Its own session: a terminal's Ctrl-C or hangup never reaches the supervisor.
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| Error::io("starting the job's supervisor", e))?;
+    let mut line = String::new();
+    if let Some(out) = child.stdout.take() {
+        let _ = BufReader::new(out).read_line(&mut line);
+    }
+    // The first process exits right after forking the real supervisor; if a PID-1 reaper
+    // got to it first, the status is simply gone, which is fine.
+    let _ = child.wait();
+    let line = line.trim_end();
+    if line == "ok" {
+        return Ok(());
+    }
+    let msg = line
+        .strip_prefix("err ")
+        .unwrap_or("the supervisor exited without a word");
+    match store.read_raw(id) {
+        Ok(r) if r.status != Status::Running => Ok(()), // it recorded why the job failed
+        _ => Err(Error::Internal(format!("could not start job {id}: {msg}"))),
+    }
+}
+
+/// Asks a job's supervisor to cancel the job, then waits (up to the grace period and a
+/// margin) for the final record. Cancelling an ended job changes nothing.
+pub fn cancel(store: &Store, id: &JobId, wait: Duration) -> Result<JobRecord> {
+    let deadline = Instant::now() + wait;
+    loop {
+        let rec = store.load(id)?;
+        if rec.status.is_final() {
+            return Ok(rec);
+        }
+        if let (Some(pid), Some(start)) = (rec.supervisor_pid, rec.supervisor_start)
+            && proc::signal_verified(pid, start, Signal::SIGUSR1)
+        {
+            return store.wait_final(id, deadline.saturating_duration_since(Instant::now()));
+        }
+        // The supervisor has not recorded itself yet (or just exited): look again.
+        if Instant::now() >= deadline {
+            return Ok(rec);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+use crate::proc;
+
+fn idem_path(store: &Store, key: &str) -> std::path::PathBuf {
+    use std::hash::{Hash, Hasher};
+    let mut parts = [0u64; 2];
+    for (i, p) in parts.iter_mut().enumerate() {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (i, key).hash(&mut h);
+        *p = h.finish();
+    }
+    store
+        .root()
+        .join("idempotency")
+        .join(format!("{:016x}{:016x}", parts[0], parts[1]))
+}
+
+fn idem_lock(store: &Store, key: &str) -> Result<fs::File> {
+    if key.is_empty() || key.len() > 255 || key.chars().any(|c| c.is_control()) {
+        return Err(Error::Invalid(
+            "Idempotency-Key must be 1 to 255 printable characters".into(),
+        ));
+    }
+    let path = idem_path(store, key).with_extension("lock");
+    if let Some(dir) = path.parent() {
+        store::ensure_private_dir(dir).map_err(|e| Error::io("idempotency folder", e))?;
+    }
+    let f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| Error::io("idempotency lock", e))?;
+    f.lock().map_err(|e| Error::io("idempotency lock", e))?;
+    Ok(f)
+}
+
+/// The job already started with this idempotency key, if any.
+fn idempotent_lookup(store: &Store, key: &str) -> Result<Option<JobId>> {
+    let Ok(text) = fs::read_to_string(idem_path(store, key)) else {
+        return Ok(None);
+    };
+    let mut lines = text.lines();
+    match (lines.next().and_then(JobId::parse), lines.next()) {
+        (Some(id), Some(k)) if k == key && store.job_dir(&id).is_dir() => Ok(Some(id)),
+        _ => Ok(None),
+    }
+}
+
+fn idempotent_record(store: &Store, key: &str, id: &JobId) {
+    let path = idem_path(store, key);
+    let _ = store::write_atomic(&path, format!("{id}\n{key}\n").as_bytes(), 0o600);
+}
+
+use std::os::unix::fs::DirBuilderExt;

@@ -185,16 +185,9 @@ impl Store {
             _ => false,
         };
         let lock_path = self.job_dir(id).join(LOCK);
-        let Ok(lock) = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .mode(0o600)
-            .open(&lock_path)
-        else {
-            return Ok(rec);
-        };
-        if !stale_boot && lock.try_lock().is_err() {
+        // Read-only: a writable open would wake every inotify watcher of the folder.
+        let lock = File::open(&lock_path);
+        if !stale_boot && lock.as_ref().is_ok_and(|l| l.try_lock().is_err()) {
             return Ok(rec); // the supervisor holds it: really running
         }
         // Re-read under the lock: the supervisor may have written its final record just
@@ -207,6 +200,7 @@ impl Store {
             crate::proc::sweep_job(id.as_str());
         }
         let _ = fs::remove_file(self.job_dir(id).join(SECRETS));
+        let _ = fs::remove_file(self.root.join("running").join(id.as_str()));
         rec.status = Status::Lost;
         rec.reason = Some(
             if stale_boot {
@@ -253,6 +247,36 @@ impl Store {
         out
     }
 
+    /// Removes ended jobs beyond the newest `keep_jobs` and those that ended more than
+    /// `keep_for` ago, oldest first; never a running one. Returns the removed ids.
+    pub fn prune(&self, keep_jobs: usize, keep_for: Duration) -> Vec<String> {
+        let now = std::time::SystemTime::now();
+        let mut ended: Vec<JobRecord> = self
+            .list()
+            .into_iter()
+            .filter_map(|l| match l {
+                Listed::Job(r) if r.status.is_final() => Some(*r),
+                _ => None,
+            })
+            .collect();
+        let key = |r: &JobRecord| r.ended_at.clone().unwrap_or_else(|| r.created_at.clone());
+        ended.sort_by_key(|r| std::cmp::Reverse(key(r)));
+        let mut removed = Vec::new();
+        for (i, r) in ended.iter().enumerate() {
+            let age = crate::timefmt::parse(&key(r)).and_then(|t| now.duration_since(t).ok());
+            if i >= keep_jobs || age.is_some_and(|a| a > keep_for) {
+                let Some(id) = JobId::parse(&r.id) else {
+                    continue;
+                };
+                if fs::remove_dir_all(self.job_dir(&id)).is_ok() {
+                    removed.push(r.id.clone());
+                }
+            }
+        }
+        removed.reverse();
+        removed
+    }
+
     /// Bytes stored in output.log so far.
     pub fn output_size(&self, id: &JobId) -> u64 {
         fs::metadata(self.job_dir(id).join(OUTPUT))
@@ -288,10 +312,10 @@ impl Store {
     pub fn view(&self, rec: &JobRecord) -> serde_json::Value {
         let id = JobId::parse(&rec.id);
         let mut rec = rec.clone();
-        if rec.status == Status::Running {
-            if let Some(id) = &id {
-                rec.output_bytes = self.output_size(id);
-            }
+        if rec.status == Status::Running
+            && let Some(id) = &id
+        {
+            rec.output_bytes = self.output_size(id);
         }
         rec.view(id.map(|id| self.tail(&id)).unwrap_or_default())
     }
@@ -368,11 +392,10 @@ impl Store {
             if rec.status.is_final() || Instant::now() >= deadline {
                 return Ok(rec);
             }
-            let nap = (deadline - Instant::now()).min(Duration::from_millis(500));
-            match &watcher {
-                Some(w) => w.wait(nap),
-                None => std::thread::sleep(nap.min(Duration::from_millis(20))),
-            }
+            nap(
+                watcher.as_ref(),
+                (deadline - Instant::now()).min(Duration::from_millis(500)),
+            );
         }
     }
 }
@@ -411,6 +434,16 @@ fn truncate(s: &str, max: usize) -> String {
     out
 }
 
+pub use watch::Watcher;
+
+/// Waits on a watcher, or naps briefly where inotify was unavailable.
+pub fn nap(w: Option<&Watcher>, d: Duration) {
+    match w {
+        Some(w) => w.wait(d),
+        None => std::thread::sleep(d.min(Duration::from_millis(20))),
+    }
+}
+
 /// Waiting for changes in a folder with inotify, falling back to short naps.
 mod watch {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -419,16 +452,17 @@ mod watch {
     use std::path::Path;
     use std::time::Duration;
 
+    /// Wakes its owner when anything in one folder changes.
     pub struct Watcher(Inotify);
 
     impl Watcher {
+        /// Watches `dir`; `None` where inotify is unavailable (callers then nap).
         pub fn new(dir: &Path) -> Option<Watcher> {
             let ino = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).ok()?;
             ino.add_watch(
                 dir,
                 AddWatchFlags::IN_MODIFY
                     | AddWatchFlags::IN_MOVED_TO
-                    | AddWatchFlags::IN_CLOSE_WRITE
                     | AddWatchFlags::IN_DELETE_SELF
                     | AddWatchFlags::IN_CREATE,
             )
@@ -436,6 +470,7 @@ mod watch {
             Some(Watcher(ino))
         }
 
+        /// Blocks until a change or `nap` passes.
         pub fn wait(&self, nap: Duration) {
             let ms = nap.as_millis().min(i32::MAX as u128) as i32;
             let mut fds = [PollFd::new(self.0.as_fd(), PollFlags::POLLIN)];

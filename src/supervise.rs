@@ -1,4 +1,584 @@
-//! One job's life: the supervisor process. (Skeleton.)
+//! One job's life: the supervisor process (`gitterm-agent supervise <id>`).
+//!
+//! It is started by [`crate::launch`], detaches from whoever started it, becomes the
+//! subreaper of everything the job starts, runs `/bin/sh -c COMMAND` in a new session, pumps
+//! the output through the pipeline into `output.log`, enforces the timeouts, ends every
+//! process the job left behind, and writes the final record. It holds the job's lock for
+//! its whole life: a lock anyone else can take means the supervisor is gone.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+use serde::{Deserialize, Serialize};
+
+use crate::job::{JobId, JobRecord, Status};
+use crate::output::Pipeline;
+use crate::proc::{self, JobCgroup};
+use crate::store::{self, Store};
 
 /// Environment variable every job process carries, naming its job (for sweeps and ports).
 pub const JOB_ENV_MARKER: &str = "GITTERM_JOB_ID";
+/// The fd on which the launcher hands the (already locked) job lock to the supervisor.
+pub const LOCK_FD: i32 = 3;
+/// Room kept in the job folder so the final record lands even on a full disk.
+const RESERVE: &str = ".reserve";
+const RESERVE_BYTES: usize = 16 * 1024;
+
+/// What the launcher tells the supervisor, stored as `spec.json` (0600) in the job folder.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Spec {
+    /// The real command (the record holds a masked copy).
+    pub command: String,
+    pub cwd: String,
+    /// Variables on top of the supervisor's own environment (persisted env, then the job's).
+    pub env: BTreeMap<String, String>,
+    pub timeout_seconds: f64,
+    pub idle_timeout_seconds: Option<f64>,
+    pub grace_seconds: f64,
+    pub max_output_bytes: u64,
+    pub has_stdin: bool,
+}
+
+/// Why the job is ending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    ShellExited,
+    Timeout,
+    Idle,
+    Cancel,
+    Stopped(i32),
+}
+
+/// Entry point of `gitterm-agent supervise <id>`; the exit status is the process's.
+pub fn main(root: &Path, id: &str) -> i32 {
+    let Some(id) = JobId::parse(id) else {
+        eprintln!("supervise: malformed job id");
+        return 2;
+    };
+    // SAFETY: the launcher placed the locked lock file on LOCK_FD; we take ownership once.
+    let lock = unsafe { File::from_raw_fd(LOCK_FD) };
+    if let Err(e) = set_cloexec(&lock) {
+        return report_failure(&format!("lock fd: {e}"));
+    }
+    let store = match Store::open(root) {
+        Ok(s) => s,
+        Err(e) => return report_failure(&e.to_string()),
+    };
+    // Detach: the launcher waits for this first process only until the fork, so neither a
+    // CLI nor the server ever keeps a zombie supervisor. The daemon is reparented to the
+    // nearest subreaper (or init).
+    // SAFETY: single-threaded at this point; the child only continues normal Rust code.
+    match unsafe { nix::unistd::fork() } {
+        Ok(nix::unistd::ForkResult::Parent { .. }) => return 0,
+        Ok(nix::unistd::ForkResult::Child) => {}
+        Err(e) => return report_failure(&format!("fork: {e}")),
+    }
+    let code = match Supervisor::start(&store, &id) {
+        Ok(mut s) => {
+            ready_line("ok");
+            detach_stdio();
+            s.run();
+            0
+        }
+        Err(msg) => {
+            fail_record(&store, &id, &msg);
+            ready_line(&format!("err {msg}"));
+            1
+        }
+    };
+    drop(lock);
+    code
+}
+
+fn report_failure(msg: &str) -> i32 {
+    ready_line(&format!("err {msg}"));
+    1
+}
+
+fn ready_line(s: &str) {
+    let mut out = io::stdout().lock();
+    let _ = writeln!(out, "{s}");
+    let _ = out.flush();
+}
+
+fn detach_stdio() {
+    if let Ok(null) = OpenOptions::new().read(true).write(true).open("/dev/null") {
+        let _ = nix::unistd::dup2_stdin(&null);
+        let _ = nix::unistd::dup2_stdout(&null);
+        let _ = nix::unistd::dup2_stderr(&null);
+    }
+}
+
+fn set_cloexec(f: &impl AsRawFd) -> io::Result<()> {
+    use nix::fcntl::{FcntlArg, FdFlag, fcntl};
+    // SAFETY: the fd is open for the life of `f`.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(f.as_raw_fd()) };
+    fcntl(fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)).map_err(io::Error::from)?;
+    Ok(())
+}
+
+/// Records a job that could not be started at all.
+fn fail_record(store: &Store, id: &JobId, msg: &str) {
+    if let Ok(mut rec) = store.read_raw(id) {
+        let _ = fs::remove_file(store.job_dir(id).join(store::SECRETS));
+        rec.status = Status::Failed;
+        rec.reason = Some(format!("the agent could not start the job: {msg}"));
+        rec.ended_at = Some(crate::timefmt::now());
+        let _ = store.write_record(&rec);
+        let _ = fs::remove_file(store.root().join("running").join(id.as_str()));
+    }
+}
+
+struct Supervisor {
+    store: Store,
+    id: JobId,
+    rec: JobRecord,
+    spec: Spec,
+    me: i32,
+    shell: i32,
+    cgroup: Option<JobCgroup>,
+    sigfd: SignalFd,
+    pipe: Option<OwnedFd>,
+    out: File,
+    pipeline: Pipeline,
+    written: u64,
+    dropped: u64,
+    write_error: Option<String>,
+}
+
+impl Supervisor {
+    fn start(store: &Store, id: &JobId) -> Result<Supervisor, String> {
+        let dir = store.job_dir(id);
+        let rec = store.read_raw(id).map_err(|e| e.to_string())?;
+        let spec: Spec = serde_json::from_slice(
+            &fs::read(dir.join(store::SPEC)).map_err(|e| format!("spec.json: {e}"))?,
+        )
+        .map_err(|e| format!("spec.json: {e}"))?;
+        let secrets = match fs::read_to_string(dir.join(store::SECRETS)) {
+            Ok(t) => crate::secrets::parse(&t).map_err(|e| format!("secrets file: {e}"))?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(format!("secrets file: {e}")),
+        };
+        let values: Vec<&[u8]> = secrets
+            .iter()
+            .map(|s| s.value.expose().as_bytes())
+            .collect();
+        let pipeline = Pipeline::new(&values);
+
+        proc::set_child_subreaper().map_err(|e| format!("subreaper: {e}"))?;
+        let mut mask = SigSet::empty();
+        for s in [
+            Signal::SIGCHLD,
+            Signal::SIGUSR1,
+            Signal::SIGTERM,
+            Signal::SIGINT,
+            Signal::SIGHUP,
+        ] {
+            mask.add(s);
+        }
+        mask.thread_block().map_err(|e| format!("sigmask: {e}"))?;
+        let sigfd = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+            .map_err(|e| format!("signalfd: {e}"))?;
+
+        let out = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(dir.join(store::OUTPUT))
+            .map_err(|e| format!("output.log: {e}"))?;
+        let _ = fs::write(dir.join(RESERVE), vec![0u8; RESERVE_BYTES]);
+
+        let stdin = if spec.has_stdin {
+            Stdio::from(File::open(dir.join(store::STDIN)).map_err(|e| format!("stdin file: {e}"))?)
+        } else {
+            Stdio::null()
+        };
+        let (reader, writer) = io::pipe().map_err(|e| format!("pipe: {e}"))?;
+        // A bigger pipe means fewer wake-ups when a job floods its output.
+        // SAFETY: fcntl on a pipe fd we own.
+        unsafe { libc::fcntl(reader.as_raw_fd(), libc::F_SETPIPE_SZ, 1 << 20) };
+        let cgroup = JobCgroup::create(id.as_str());
+        let cg_procs = cgroup.as_ref().and_then(|c| {
+            OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_CLOEXEC)
+                .open(c.procs_file())
+                .ok()
+        });
+        let cg_fd = cg_procs.as_ref().map(|f| f.as_raw_fd());
+        let me = std::process::id() as i32;
+
+        let mut cmd = Command::new("/bin/sh");
+        cmd.arg("-c")
+            .arg(&spec.command)
+            .current_dir(&spec.cwd)
+            .envs(&spec.env)
+            .env(JOB_ENV_MARKER, id.as_str())
+            .stdin(stdin)
+            .stdout(writer.try_clone().map_err(|e| format!("pipe: {e}"))?)
+            .stderr(writer);
+        for s in &secrets {
+            cmd.env(&s.name, s.value.expose());
+        }
+        // SAFETY: only async-signal-safe calls (setsid, prctl, write, getppid, kill) run
+        // between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setsid() < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // The shell must not outlive its supervisor.
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+                if libc::getppid() != me {
+                    libc::kill(libc::getpid(), libc::SIGKILL);
+                }
+                if let Some(fd) = cg_fd {
+                    libc::write(fd, b"0".as_ptr().cast(), 1);
+                }
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("could not run /bin/sh: {e}"))?;
+        drop(cmd); // closes our copies of the pipe's write end
+        drop(cg_procs);
+        let shell = child.id() as i32;
+        // The pid is reaped through waitpid below, not through `child`.
+        std::mem::forget(child);
+
+        let mut rec = rec;
+        rec.pid = Some(shell);
+        rec.pgid = Some(shell);
+        rec.started_at = Some(crate::timefmt::now());
+        rec.supervisor_pid = Some(me);
+        rec.supervisor_start = proc::stat(me).map(|s| s.start);
+        store
+            .write_record(&rec)
+            .map_err(|e| format!("job.json: {e}"))?;
+        Ok(Supervisor {
+            store: store.clone(),
+            id: id.clone(),
+            rec,
+            spec,
+            me,
+            shell,
+            cgroup,
+            sigfd,
+            pipe: Some(OwnedFd::from(reader)),
+            out,
+            pipeline,
+            written: 0,
+            dropped: 0,
+            write_error: None,
+        })
+    }
+
+    fn run(&mut self) {
+        let started = Instant::now();
+        let secs = |s: f64| Duration::from_secs_f64(s.max(0.0));
+        let deadline = started + secs(self.spec.timeout_seconds);
+        let idle = self.spec.idle_timeout_seconds.map(secs);
+        let grace = secs(self.spec.grace_seconds);
+        let mut last_output = started;
+        let mut shell_status: Option<WaitStatus> = None;
+        let mut ending: Option<(End, Instant)> = None;
+        let mut killed = false;
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut out = Vec::with_capacity(256 * 1024);
+
+        loop {
+            let now = Instant::now();
+            // Decide what is due.
+            if ending.is_none() {
+                if now >= deadline {
+                    ending = Some((End::Timeout, now));
+                    self.signal_all(Signal::SIGTERM);
+                } else if idle.is_some_and(|i| now >= last_output + i) {
+                    ending = Some((End::Idle, now));
+                    self.signal_all(Signal::SIGTERM);
+                }
+            }
+            if let Some((_, since)) = ending {
+                if !killed && now >= since + grace {
+                    killed = true;
+                    self.signal_all(Signal::SIGKILL);
+                }
+                if shell_status.is_some() && !self.any_alive() {
+                    break;
+                }
+            }
+            let mut wake = match ending {
+                None => {
+                    let mut w = deadline;
+                    if let Some(i) = idle {
+                        w = w.min(last_output + i);
+                    }
+                    w
+                }
+                Some(_) if killed => now + Duration::from_millis(50),
+                // While ending, re-check often: processes die without telling us when they
+                // are not our children.
+                Some((_, since)) => (since + grace).min(now + Duration::from_millis(50)),
+            };
+            if self.pipe.is_none() && ending.is_none() {
+                wake = wake.min(now + Duration::from_millis(500));
+            }
+            let ms = wake.saturating_duration_since(now).as_millis().min(60_000) as i32;
+            let timeout = PollTimeout::try_from(ms.max(if wake > now { 1 } else { 0 }))
+                .unwrap_or(PollTimeout::MAX);
+
+            let (pipe_ready, sig_ready) = {
+                let mut fds = vec![PollFd::new(self.sigfd.as_fd(), PollFlags::POLLIN)];
+                if let Some(p) = &self.pipe {
+                    fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
+                }
+                match poll(&mut fds, timeout) {
+                    Ok(_) => {
+                        let r = |f: &PollFd| f.revents().is_some_and(|r| !r.is_empty());
+                        (fds.get(1).is_some_and(r), r(&fds[0]))
+                    }
+                    Err(_) => (false, false),
+                }
+            };
+            if pipe_ready {
+                match self.read_pipe(&mut buf, &mut out) {
+                    Some(0) => self.pipe = None,
+                    Some(_) => last_output = Instant::now(),
+                    None => {}
+                }
+            }
+            if sig_ready {
+                while let Ok(Some(info)) = self.sigfd.read_signal() {
+                    let sig = info.ssi_signo as i32;
+                    if sig == libc::SIGCHLD {
+                        self.reap(&mut shell_status);
+                    } else if ending.is_none() || matches!(ending, Some((End::ShellExited, _))) {
+                        let kind = if sig == libc::SIGUSR1 {
+                            End::Cancel
+                        } else {
+                            End::Stopped(sig)
+                        };
+                        // A cancel after the shell exited still wins over "exited": the
+                        // caller asked and the job had not ended yet.
+                        let since = ending.map(|e| e.1).unwrap_or_else(Instant::now);
+                        ending = Some((kind, since));
+                        self.signal_all(Signal::SIGTERM);
+                    }
+                }
+            }
+            if shell_status.is_some() && ending.is_none() {
+                ending = Some((End::ShellExited, Instant::now()));
+                self.signal_all(Signal::SIGTERM);
+            }
+        }
+        // Everything is dead: whatever is still in the pipe has no writer left.
+        while self.pipe.is_some() {
+            if !matches!(self.read_pipe(&mut buf, &mut out), Some(n) if n > 0) {
+                break;
+            }
+        }
+        out.clear();
+        self.pipeline.finish(&mut out);
+        self.store_output(&out);
+        self.finish(
+            shell_status,
+            ending.map(|e| e.0).unwrap_or(End::ShellExited),
+        );
+    }
+
+    /// Reads once from the pipe; `Some(0)` at EOF, `None` when nothing was there.
+    fn read_pipe(&mut self, buf: &mut [u8], out: &mut Vec<u8>) -> Option<usize> {
+        let pipe = self.pipe.as_ref()?;
+        // SAFETY: reading into a buffer we own from an fd we own.
+        let n = unsafe { libc::read(pipe.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted
+                || e.kind() == io::ErrorKind::WouldBlock
+            {
+                None
+            } else {
+                Some(0)
+            };
+        }
+        let n = n as usize;
+        if n > 0 {
+            out.clear();
+            self.pipeline.feed(&buf[..n], out);
+            let data = std::mem::take(out);
+            self.store_output(&data);
+            *out = data;
+        }
+        Some(n)
+    }
+
+    /// Appends sanitized output, honouring the cap and surviving a full disk.
+    fn store_output(&mut self, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        if self.write_error.is_some() {
+            self.dropped += data.len() as u64;
+            return;
+        }
+        let room = self.spec.max_output_bytes.saturating_sub(self.written);
+        let mut take = data.len().min(room as usize);
+        if take < data.len() {
+            // Never store half a character.
+            while take > 0 && data[take] & 0xC0 == 0x80 {
+                take -= 1;
+            }
+        }
+        if take > 0 {
+            if let Err(e) = self.out.write_all(&data[..take]) {
+                self.write_error = Some(format!("output could not be stored: {e}"));
+                self.dropped += data.len() as u64;
+                return;
+            }
+            self.written += take as u64;
+        }
+        self.dropped += (data.len() - take) as u64;
+    }
+
+    fn reap(&mut self, shell_status: &mut Option<WaitStatus>) {
+        loop {
+            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(_) => break,
+                Ok(st) => {
+                    if st.pid() == Some(Pid::from_raw(self.shell))
+                        && matches!(st, WaitStatus::Exited(..) | WaitStatus::Signaled(..))
+                    {
+                        *shell_status = Some(st);
+                    }
+                }
+            }
+        }
+    }
+
+    /// True while any process of the job is alive (zombies do not count).
+    fn any_alive(&self) -> bool {
+        proc::descendants(self.me).iter().any(|p| p.state != 'Z')
+            || self.cgroup.as_ref().is_some_and(|c| {
+                c.pids()
+                    .iter()
+                    .any(|&p| proc::stat(p).is_some_and(|s| s.state != 'Z'))
+            })
+    }
+
+    /// Signals every process of the job: our descendants (we are their subreaper, so this
+    /// includes setsid and double-fork escapees) and whatever sits in the job's cgroup.
+    fn signal_all(&self, sig: Signal) {
+        for round in 0..3 {
+            let procs: Vec<proc::Stat> = proc::descendants(self.me)
+                .into_iter()
+                .filter(|p| p.state != 'Z')
+                .collect();
+            for p in &procs {
+                proc::signal_verified(p.pid, p.start, sig);
+                if sig == Signal::SIGTERM {
+                    // A stopped process cannot act on TERM until continued.
+                    proc::signal_verified(p.pid, p.start, Signal::SIGCONT);
+                }
+            }
+            if let Some(cg) = &self.cgroup {
+                if sig == Signal::SIGKILL {
+                    cg.kill_all();
+                } else {
+                    for pid in cg.pids() {
+                        if let Some(st) = proc::stat(pid) {
+                            proc::signal_verified(pid, st.start, sig);
+                            proc::signal_verified(pid, st.start, Signal::SIGCONT);
+                        }
+                    }
+                }
+            }
+            // KILL is repeated so a process forked while we were signalling is caught too.
+            if sig != Signal::SIGKILL || procs.is_empty() || round == 2 {
+                break;
+            }
+        }
+    }
+
+    fn finish(&mut self, shell: Option<WaitStatus>, end: End) {
+        let dir = self.store.job_dir(&self.id);
+        let _ = self.out.sync_data();
+        let _ = fs::remove_file(dir.join(store::SECRETS));
+        let _ = fs::remove_file(dir.join(store::STDIN));
+        let _ = fs::remove_file(dir.join(store::SPEC));
+        if let Some(cg) = &self.cgroup {
+            cg.remove();
+        }
+        let (code, signal) = match shell {
+            Some(WaitStatus::Exited(_, c)) => (Some(c), None),
+            Some(WaitStatus::Signaled(_, s, _)) => (None, Some(s.as_str().to_string())),
+            _ => (None, None),
+        };
+        let rec = &mut self.rec;
+        rec.exit_code = code;
+        rec.signal = signal;
+        rec.status = match end {
+            End::Cancel => Status::Cancelled,
+            End::Timeout | End::Idle => Status::TimedOut,
+            End::Stopped(_) => Status::Cancelled,
+            End::ShellExited if code == Some(0) => Status::Succeeded,
+            End::ShellExited => Status::Failed,
+        };
+        let mut reasons: Vec<String> = Vec::new();
+        match end {
+            End::Timeout => {
+                reasons.push(format!("timed out after {} s", self.spec.timeout_seconds))
+            }
+            End::Idle => reasons.push(format!(
+                "no output for {} s (idle timeout)",
+                self.spec.idle_timeout_seconds.unwrap_or_default()
+            )),
+            End::Cancel => reasons.push("cancelled".into()),
+            End::Stopped(s) => {
+                reasons.push(format!("the supervisor received {}", proc::signal_name(s)))
+            }
+            End::ShellExited => {}
+        }
+        if self.dropped > 0 {
+            rec.output_truncated = true;
+            rec.output_dropped_bytes = self.dropped;
+            reasons.push(match &self.write_error {
+                Some(e) => e.clone(),
+                None => format!("output cap of {} bytes reached", self.spec.max_output_bytes),
+            });
+        }
+        rec.reason = (!reasons.is_empty()).then(|| reasons.join("; "));
+        rec.output_bytes = self.written;
+        rec.ended_at = Some(crate::timefmt::now());
+        // The reserve gives the final record room on a full disk; retry a few times.
+        let _ = fs::remove_file(dir.join(RESERVE));
+        for attempt in 0..5 {
+            if self.store.write_record(rec).is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50 << attempt));
+        }
+        let _ = fs::remove_file(self.store.root().join("running").join(self.id.as_str()));
+    }
+}
+
+/// Reads everything from a reader (used by tests and the launcher's ready pipe).
+pub fn read_all(mut r: impl Read) -> String {
+    let mut s = String::new();
+    let _ = r.read_to_string(&mut s);
+    s
+}
