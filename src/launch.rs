@@ -208,6 +208,7 @@ pub fn start_watched(
             {
                 let _ = fs::remove_dir_all(&dir);
             }
+            let _ = fs::remove_dir_all(staging_dir(store, &id));
             let _ = fs::remove_file(store.root().join("running").join(id.as_str()));
             Err(e)
         }
@@ -225,7 +226,9 @@ fn create_and_spawn(
     timeout: f64,
     idle: Option<f64>,
 ) -> Result<(JobRecord, JobEvents)> {
-    let dir = store.job_dir(id);
+    // Built under a hidden name and renamed into place whole, so a job folder never
+    // exists without its record, even if this process dies half-way.
+    let dir = staging_dir(store, id);
     let io = |what: &str| {
         let what = format!("creating job {id}: {what}");
         move |e| Error::io(what, e)
@@ -309,7 +312,12 @@ fn create_and_spawn(
         idempotency_key: req.idempotency_key.clone(),
         extra: Default::default(),
     };
-    store.write_record(&rec).map_err(io("job.json"))?;
+    let data = serde_json::to_vec_pretty(&rec).unwrap_or_default();
+    store::write_atomic(&dir.join(store::RECORD), &data, 0o600).map_err(io("job.json"))?;
+    fs::rename(&dir, store.job_dir(id)).map_err(io("folder"))?;
+    fs::File::open(store.jobs_dir())
+        .and_then(|d| d.sync_all())
+        .map_err(io("jobs folder"))?;
     let running = store.root().join("running");
     crate::store::ensure_private_dir(&running).map_err(io("running folder"))?;
     fs::write(running.join(id.as_str()), b"").map_err(io("running marker"))?;
@@ -355,6 +363,11 @@ impl JobEvents {
             }
         }
     }
+}
+
+/// Where a job's folder is assembled before it is renamed into place.
+pub fn staging_dir(store: &Store, id: &JobId) -> std::path::PathBuf {
+    store.jobs_dir().join(format!(".new-{id}"))
 }
 
 fn spawn_supervisor(store: &Store, id: &JobId, lock: &fs::File) -> Result<JobEvents> {
