@@ -249,10 +249,15 @@ impl Supervisor {
         for s in &secrets {
             cmd.env(&s.name, s.value.expose());
         }
-        // SAFETY: only async-signal-safe calls (setsid, prctl, write, getppid, kill) run
+        // SAFETY: only async-signal-safe calls (sigprocmask, setsid, prctl, write, getppid, kill) run
         // between fork and exec.
         unsafe {
             cmd.pre_exec(move || {
+                // The supervisor blocks the signals it reads through its signalfd; the job
+                // must start with none blocked.
+                let mut empty: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut empty);
+                libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
                 if libc::setsid() < 0 {
                     return Err(io::Error::last_os_error());
                 }
