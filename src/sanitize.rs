@@ -402,7 +402,7 @@ impl Sanitizer {
     fn put_run(&mut self, mut run: &[u8], out: &mut Vec<u8>) {
         while !run.is_empty() {
             if self.cursor == self.line.len() {
-                let Some(nl) = memchr::memchr(b'\n', run) else {
+                let Some(nl) = find_newline(run) else {
                     self.append(run, out);
                     return;
                 };
@@ -410,7 +410,7 @@ impl Sanitizer {
                 self.store_line(out);
                 let rest = &run[nl + 1..];
                 // The line is empty now: whole lines in between can go straight out.
-                if let Some(last) = memchr::memrchr(b'\n', rest) {
+                if let Some(last) = rfind_newline(rest) {
                     out.extend_from_slice(&rest[..=last]);
                     self.append(&rest[last + 1..], out);
                 } else {
@@ -432,6 +432,7 @@ impl Sanitizer {
 
     /// Appends whole characters (no `\n`) at the end of the line, the cursor being there,
     /// streaming out exactly where writing them one by one would.
+    #[inline]
     fn append(&mut self, mut seg: &[u8], out: &mut Vec<u8>) {
         loop {
             let room = self.limit + 1 - self.line.len();
@@ -551,6 +552,25 @@ impl Sanitizer {
     }
 }
 
+/// Runs between colour codes are short: a plain loop beats memchr's set-up there.
+#[inline]
+fn find_newline(b: &[u8]) -> Option<usize> {
+    if b.len() <= 32 {
+        b.iter().position(|&c| c == b'\n')
+    } else {
+        memchr::memchr(b'\n', b)
+    }
+}
+
+#[inline]
+fn rfind_newline(b: &[u8]) -> Option<usize> {
+    if b.len() <= 32 {
+        b.iter().rposition(|&c| c == b'\n')
+    } else {
+        memchr::memrchr(b'\n', b)
+    }
+}
+
 fn is_continuation(b: u8) -> bool {
     b & 0xC0 == 0x80
 }
@@ -601,26 +621,58 @@ fn is_plain_ascii(c: u8) -> bool {
 /// Length of the leading run of plain text: printable ASCII, `\t`, `\n` and complete,
 /// well-formed, non-C1 UTF-8 characters.
 fn plain_len(b: &[u8]) -> usize {
-    const BLOCK: usize = 16;
     let mut i = 0;
-    while i < b.len() {
-        if let Some(block) = b.get(i..i + BLOCK) {
-            // Branch-free so that it compiles to a vector compare.
+    loop {
+        if let Some(block) = b.get(i..i + 16) {
+            // Branch-free, so that it compiles to vector compares.
             if block.iter().fold(true, |ok, &c| ok & is_plain_ascii(c)) {
-                i += BLOCK;
+                i += 16;
                 continue;
             }
-        }
-        let c = b[i];
-        if is_plain_ascii(c) {
-            i += 1;
-        } else if let Some(len) = plain_utf8_len(&b[i..]) {
-            i += len;
+            i += first_not_plain(block.try_into().unwrap());
         } else {
-            break;
+            let tail = &b[i..];
+            i += tail
+                .iter()
+                .position(|&c| !is_plain_ascii(c))
+                .unwrap_or(tail.len());
+            if i == b.len() {
+                return i;
+            }
+        }
+        match plain_utf8_len(&b[i..]) {
+            Some(len) => i += len,
+            None => return i,
         }
     }
-    i
+}
+
+/// Index of the first byte of `block` that is not plain ASCII (16 if none), eight bytes at a
+/// time: the high bit of each byte lane says whether that byte is plain. No lane carries
+/// into the next, so every lane is exact.
+#[inline]
+fn first_not_plain(block: &[u8; 16]) -> usize {
+    const LOW7: u64 = 0x7F7F_7F7F_7F7F_7F7F;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    const fn lanes(b: u8) -> u64 {
+        0x0101_0101_0101_0101 * b as u64
+    }
+    fn equal(x: u64, b: u8) -> u64 {
+        let t = x ^ lanes(b);
+        !(((t & LOW7) + LOW7) | t) & HIGH
+    }
+    for (half, word) in block.chunks_exact(8).enumerate() {
+        let x = u64::from_le_bytes(word.try_into().unwrap());
+        let low = x & LOW7;
+        let at_least_space = (low + lanes(0x60)) & HIGH;
+        let del = (low + lanes(0x01)) & HIGH;
+        let printable = at_least_space & !del & !x;
+        let bad = !(printable | equal(x, b'\n') | equal(x, b'\t')) & HIGH;
+        if bad != 0 {
+            return half * 8 + bad.trailing_zeros() as usize / 8;
+        }
+    }
+    16
 }
 
 /// If `b` starts with a complete CSI sequence that has no effect here (anything but `K`,
@@ -671,6 +723,27 @@ mod tests {
         }
         let bytes: Vec<&[u8]> = input.chunks(1).collect();
         assert_eq!(run_chunks(Sanitizer::with_line_limit(limit), &bytes), whole);
+    }
+
+    #[test]
+    fn block_scan_finds_the_first_byte_that_is_not_plain() {
+        for c in 0..=255u8 {
+            for k in 0..16 {
+                let mut block = [b'a'; 16];
+                block[k] = c;
+                let expected = if is_plain_ascii(c) { 16 } else { k };
+                assert_eq!(first_not_plain(&block), expected, "byte {c:#x} at {k}");
+                // A later bad byte does not hide an earlier one.
+                block[15] = 0x1B;
+                assert_eq!(first_not_plain(&block), expected.min(15));
+            }
+        }
+        let text = "0123456789abcdef\tline\nü\u{85}x".as_bytes();
+        assert_eq!(plain_len(text), text.len() - 3);
+        // A character cut off at the end is not plain (yet).
+        assert_eq!(plain_len(&text[..23]), 22);
+        assert_eq!(plain_len(b"\x1b[m"), 0);
+        assert_eq!(plain_len(b"abc\xe2\x82"), 3);
     }
 
     #[test]
