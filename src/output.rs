@@ -110,6 +110,38 @@ mod tests {
         assert_eq!(one_byte_writes(secrets, input), whole);
     }
 
+    #[test]
+    fn secrets_deep_in_a_line_without_newlines_are_caught() {
+        let secret: &[u8] = b"deep-s3cret-value";
+        // Occurrences around the sanitizer's streaming points and far into the line.
+        let spots = [65_530, 131_070, 1_000_000, 3_000_000];
+        let mut line = vec![b'x'; 3_200_000];
+        for &at in &spots {
+            line[at..at + secret.len()].copy_from_slice(secret);
+        }
+        let mut expected = Vec::new();
+        let mut last = 0;
+        for &at in &spots {
+            expected.extend_from_slice(&line[last..at]);
+            expected.extend_from_slice(b"[redacted]");
+            last = at + secret.len();
+        }
+        expected.extend_from_slice(&line[last..]);
+        let mut p = Pipeline::new(&[secret]);
+        let mut out = Vec::new();
+        let mut fed = 0;
+        for read in line.chunks(65_536) {
+            p.feed(read, &mut out);
+            fed += read.len();
+            // Output keeps up with input: only a bounded tail is ever held (the sanitizer's
+            // line bound plus the redactor's look-behind; each marker is 7 bytes shorter).
+            let behind = fed - out.len();
+            assert!(behind <= crate::sanitize::LINE_LIMIT + 64 + 7 * spots.len());
+        }
+        p.finish(&mut out);
+        assert!(out == expected);
+    }
+
     fn input_strategy() -> impl Strategy<Value = Vec<u8>> {
         let pieces: Vec<&'static [u8]> = vec![
             b"hunter22",
