@@ -12,9 +12,23 @@ pub struct Pipeline {
 impl Pipeline {
     /// A pipeline that masks these secret values.
     pub fn new(secrets: &[&[u8]]) -> Self {
+        // The redactor sees sanitized text, where a value holding controls or escapes
+        // appears without them: mask that form too.
+        let sanitized: Vec<Vec<u8>> = secrets
+            .iter()
+            .filter_map(|&value| {
+                let mut s = Sanitizer::new();
+                let mut clean = Vec::new();
+                s.feed(value, &mut clean);
+                s.finish(&mut clean);
+                (clean != value).then_some(clean)
+            })
+            .collect();
+        let mut values = secrets.to_vec();
+        values.extend(sanitized.iter().map(Vec::as_slice));
         Pipeline {
             sanitizer: Sanitizer::new(),
-            redactor: Redactor::new(secrets),
+            redactor: Redactor::new(&values),
         }
     }
 
@@ -76,6 +90,13 @@ mod tests {
             one_byte_writes(&[b"hunter22"], input),
             b"[redacted]\n[redacted]\n"
         );
+    }
+
+    #[test]
+    fn secret_holding_controls_is_caught_as_stored() {
+        let secret: &[u8] = b"pass\x07word\x1b[0m42";
+        let input = b"login pass\x07word\x1b[0m42 ok\n";
+        assert_eq!(run(&[secret], &[input]), b"login [redacted] ok\n");
     }
 
     #[test]
