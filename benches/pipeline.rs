@@ -1,7 +1,8 @@
 //! Throughput of the output pipeline: `cargo bench --bench pipeline`.
 //!
-//! Inputs: ~128 MB of plain log lines, and ~100 MB of colour-heavy text (the corpus `git log`
-//! recording repeated: one SGR sequence every ~18 bytes). Both are fed in 64 KiB reads, as
+//! Inputs: ~128 MB of plain log lines, ~100 MB of colour-heavy text (the corpus `git log`
+//! recording repeated: one SGR sequence every ~18 bytes), and ~64 MB of text in non-Latin
+//! scripts. Both are fed in 64 KiB reads, as
 //! from a pipe. Secrets are 64 random 16–40 character strings, a few of them (raw and
 //! encoded) planted in the input. Figures are input MB (10^6 bytes) per second, best of a
 //! few runs.
@@ -81,6 +82,38 @@ fn plain_text(rng: &mut Rng, size: usize) -> Vec<u8> {
             } else {
                 out.extend_from_slice(WORDS[rng.below(WORDS.len())].as_bytes());
             }
+        }
+        out.push(b'\n');
+    }
+    out
+}
+
+/// Log lines in several scripts: mostly non-ASCII characters.
+fn unicode_text(rng: &mut Rng, size: usize) -> Vec<u8> {
+    const WORDS: &[&str] = &[
+        "größe",
+        "überprüfung",
+        "fehlgeschlagen",
+        "ошибка",
+        "соединение",
+        "закрыто",
+        "データベース",
+        "接続",
+        "失敗しました",
+        "服务器",
+        "已启动",
+        "🚀",
+        "✓",
+        "ok",
+        "42",
+    ];
+    let mut out = Vec::with_capacity(size + 256);
+    while out.len() < size {
+        for i in 0..4 + rng.below(12) {
+            if i > 0 {
+                out.push(b' ');
+            }
+            out.extend_from_slice(WORDS[rng.below(WORDS.len())].as_bytes());
         }
         out.push(b'\n');
     }
@@ -190,14 +223,14 @@ fn main() {
         .skip(1)
         .filter(|a| !a.starts_with('-'))
         .collect();
-    for name in ["plain", "colour"] {
+    for name in ["plain", "colour", "unicode"] {
         if !only.is_empty() && !only.iter().any(|o| o == name) {
             continue;
         }
-        let mut input = if name == "plain" {
-            plain_text(&mut rng, 128 << 20)
-        } else {
-            colour_text(100 << 20)
+        let mut input = match name {
+            "plain" => plain_text(&mut rng, 128 << 20),
+            "colour" => colour_text(100 << 20),
+            _ => unicode_text(&mut rng, 64 << 20),
         };
         plant(&mut rng, &mut input, &secrets);
         let input = &input;

@@ -125,7 +125,7 @@ impl Sanitizer {
             line: Vec::new(),
             cursor: 0,
             blanks: false,
-            limit: limit.max(4),
+            limit,
         }
     }
 
@@ -640,9 +640,34 @@ fn plain_len(b: &[u8]) -> usize {
                 return i;
             }
         }
-        match plain_utf8_len(&b[i..]) {
-            Some(len) => i += len,
-            None => return i,
+        // Non-ASCII characters come in runs (words): stay in this loop while they last.
+        while let Some(&c) = b.get(i) {
+            if c < 0x80 {
+                if !is_plain_ascii(c) {
+                    return i;
+                }
+                // A lone space or letter between non-ASCII words is taken here; a longer
+                // ASCII run goes back to the block scan.
+                if b.get(i + 1).is_none_or(|&d| d < 0x80) {
+                    break;
+                }
+                i += 1;
+                continue;
+            }
+            // The common two- and three-byte forms, whose first continuation byte may be
+            // anything in 0x80..=0xBF; the rest (and C1) go the long way.
+            let cont = |k: usize| b.get(i + k).is_some_and(|&d| is_continuation(d));
+            i += match c {
+                0xC3..=0xDF if cont(1) => 2,
+                0xE1..=0xEC | 0xEE | 0xEF if cont(1) && cont(2) => 3,
+                _ => match plain_utf8_len(&b[i..]) {
+                    Some(len) => len,
+                    None => return i,
+                },
+            };
+        }
+        if i == b.len() {
+            return i;
         }
     }
 }
@@ -925,7 +950,9 @@ mod tests {
                 assert_eq!(san(&[x, y]), expect(&[x, y]));
             }
         }
-        let leads = [0xC2, 0xDF, 0xE0, 0xE1, 0xED, 0xEF, 0xF0, 0xF1, 0xF4, 0xF5];
+        let leads = [
+            0xC2, 0xC3, 0xDF, 0xE0, 0xE1, 0xEC, 0xED, 0xEE, 0xEF, 0xF0, 0xF1, 0xF4, 0xF5,
+        ];
         let conts = [0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0];
         for &x in &leads {
             for &y in &conts {
