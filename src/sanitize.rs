@@ -446,7 +446,7 @@ impl Sanitizer {
             while end < seg.len() && is_continuation(seg[end]) {
                 end += 1;
             }
-            self.emit_cells(0, self.line.len(), out);
+            self.emit_cells(self.line.len(), out);
             out.extend_from_slice(&seg[..end]);
             self.line.clear();
             self.cursor = 0;
@@ -471,7 +471,7 @@ impl Sanitizer {
             self.cursor += ch.len();
         }
         if self.line.len() > self.limit {
-            self.emit_cells(0, self.cursor, out);
+            self.emit_cells(self.cursor, out);
             self.line.drain(..self.cursor);
             self.cursor = 0;
         }
@@ -535,15 +535,15 @@ impl Sanitizer {
         } else {
             self.line.len()
         };
-        self.emit_cells(0, end, out);
+        self.emit_cells(end, out);
         self.line.clear();
         self.cursor = 0;
         self.blanks = false;
     }
 
-    /// Appends `line[from..to]`, blanks as spaces.
-    fn emit_cells(&self, from: usize, to: usize, out: &mut Vec<u8>) {
-        let cells = &self.line[from..to];
+    /// Appends `line[..to]`, blanks as spaces.
+    fn emit_cells(&self, to: usize, out: &mut Vec<u8>) {
+        let cells = &self.line[..to];
         if self.blanks {
             out.extend(cells.iter().map(|&b| if b == BLANK { b' ' } else { b }));
         } else {
