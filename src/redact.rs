@@ -47,10 +47,10 @@
 //! usable prefilter and scans at under 0.5 GB/s here, while the index runs at several GB/s.
 //!
 //! The few shorter patterns would force a probe at every byte, so they are searched with
-//! Aho–Corasick instead, whose prefilter handles a small set well: leftmost-longest, then
-//! again from one byte after each match start, which reaches every start that has a match.
+//! Aho–Corasick instead (overlapping search, which reports every occurrence), whose
+//! prefilter handles a small set well.
 
-use aho_corasick::{AhoCorasick, Input, MatchKind};
+use aho_corasick::{AhoCorasick, MatchKind};
 
 /// Shortest base64 core (in characters) that is searched for.
 pub const MIN_BASE64_CORE: usize = 8;
@@ -229,6 +229,8 @@ struct Finder {
     long: Option<GramIndex>,
     /// Shorter patterns: few, so a prefiltered Aho–Corasick search is fast on them.
     short: Option<AhoCorasick>,
+    /// Longest of the short patterns.
+    max_short: usize,
     max_len: usize,
 }
 
@@ -238,15 +240,17 @@ impl Finder {
         let (long, short): (Vec<_>, Vec<_>) = patterns
             .into_iter()
             .partition(|p| p.len() >= SAMPLED_MIN_LEN);
+        let max_short = short.iter().map(Vec::len).max().unwrap_or(0);
         let short = (!short.is_empty()).then(|| {
             AhoCorasick::builder()
-                .match_kind(MatchKind::LeftmostLongest)
+                .match_kind(MatchKind::Standard)
                 .build(&short)
                 .expect("a few short literal patterns always build")
         });
         Finder {
             long: (!long.is_empty()).then(|| GramIndex::new(long)),
             short,
+            max_short,
             max_len,
         }
     }
@@ -258,18 +262,12 @@ impl Finder {
             long.find(hay, limit, found);
         }
         if let Some(short) = &self.short {
-            // Leftmost-longest from every start that has a match: the longest occurrence at
-            // each start covers the shorter ones there, so their union covers all of them.
-            let mut from = 0;
-            while from < limit {
-                let Some(m) = short.find(Input::new(hay).range(from..)) else {
-                    break;
-                };
-                if m.start() >= limit {
-                    break;
+            // Overlapping search: one pass that reports every occurrence.
+            let ends_before = hay.len().min(limit + self.max_short - 1);
+            for m in short.find_overlapping_iter(&hay[..ends_before]) {
+                if m.start() < limit {
+                    found.push((m.start(), m.end()));
                 }
-                found.push((m.start(), m.end()));
-                from = m.start() + 1;
             }
         }
     }
