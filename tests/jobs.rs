@@ -347,7 +347,7 @@ fn term_ends_the_job_without_waiting_for_the_grace() {
 #[test]
 fn detached_job_runs_on_and_cancel_ends_it() {
     let sb = Sandbox::new();
-    let v = sb.start(&["--", "sleep 300 & echo $! > bg; sleep 301"]);
+    let v = sb.start(&["--grace", "1", "--", "sleep 300 & echo $! > bg; sleep 301"]);
     assert!(v["exitCode"].is_null());
     assert_eq!(v["isError"], false);
     let id = text(&v, "id");
@@ -530,6 +530,21 @@ fn wait_for_supervisor(sb: &Sandbox, exclude: &[String], spin: bool) -> serde_js
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
     }
+}
+
+#[test]
+fn term_to_the_supervisor_ends_the_job() {
+    // E.g. the sandbox shutting down: the supervisor ends its job and records why.
+    let sb = Sandbox::new();
+    let v = sb.start(&["--grace", "1", "--", "sleep 300 & echo $! > bg; sleep 301"]);
+    let id = text(&v, "id");
+    let bg = sb.pid_from("bg");
+    kill(int(&v, "supervisorPid"), libc::SIGTERM);
+    let end = sb.wait_final(id, PROMPT);
+    assert_eq!(end["status"], "cancelled", "{end:#}");
+    assert!(text(&end, "reason").contains("SIGTERM"), "{end:#}");
+    assert_dead(&[int(&v, "pid"), bg], id, PROMPT);
+    sb.assert_no_leftovers();
 }
 
 #[test]
@@ -768,7 +783,7 @@ fn interrupting_exec_cancels_the_job() {
         (libc::SIGHUP, false),
     ] {
         let before = sb.job_ids();
-        let mut args = vec!["exec"];
+        let mut args = vec!["exec", "--grace", "1"];
         if json {
             args.push("--json");
         }
@@ -973,6 +988,15 @@ fn job_runs_in_its_own_session_and_group() {
     // SAFETY: getsid(0) only reads our own session id.
     let ours = unsafe { libc::getsid(0) };
     assert_ne!(sfields[3], ours.to_string(), "supervisor session: {sstat}");
+    // Where the machine allows a cgroup, the job is in its own.
+    if let Some(cg) = job_cgroup(text(&v, "id")).filter(|c| c.exists()) {
+        let procs = fs::read_to_string(cg.join("cgroup.procs")).unwrap();
+        assert!(
+            procs.lines().any(|l| l == pid.to_string()),
+            "{pid} not in {}: {procs:?}",
+            cg.display()
+        );
+    }
     sb.run(&["cancel", text(&v, "id")]);
     sb.assert_no_leftovers();
 }
