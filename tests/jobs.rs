@@ -940,7 +940,7 @@ fn wait_returns_a_running_job_when_it_expires() {
     let id = text(&v, "id");
     assert!(alive_in_job(int(&v, "pid"), id));
     // Without --json: a word on stderr, exit 0, the job goes on.
-    let out = sb.run(&["exec", "--wait", "0.5", "--", "echo hi; sleep 300"]);
+    let out = sb.run(&["exec", "--wait", "2", "--", "echo hi; sleep 300"]);
     assert_eq!(out.code, Some(0), "{out:#?}");
     assert_eq!(out.stdout, "hi\n");
     assert!(out.stderr.contains("running"), "{out:#?}");

@@ -211,6 +211,7 @@ impl Sandbox {
         let (out, v) = self.exec_json(&all);
         assert_eq!(out.code, Some(0), "detached exec failed: {out:#?}");
         assert_eq!(v["status"], "running", "detached job: {v:#}");
+        assert!(out.elapsed < PROMPT, "--wait 0 took {:?}", out.elapsed);
         v
     }
 
