@@ -313,18 +313,8 @@ fn exec(
     wait: Option<f64>,
     json: bool,
 ) -> Result<i32> {
-    let (rec, events) = launch::start_watched(store, cfg, env, req)?;
-    let mut waiter = match events {
-        Some(e) => Waiter::Events(e),
-        None => Waiter::files(
-            store,
-            &JobId::parse(&rec.id).unwrap_or_else(|| unreachable!()),
-        ),
-    };
-    let id = JobId::parse(&rec.id)
-        .ok_or_else(|| Error::Internal("started a job with a bad id".into()))?;
-    let deadline = wait.map(|w| Instant::now() + Duration::from_secs_f64(w));
-    // Ctrl-C (or TERM/HUP) while we wait cancels the job rather than orphaning it.
+    // Ctrl-C (or TERM/HUP) cancels the job rather than orphaning it. Registered before
+    // the start, so an interrupt during the start is not lost (it cancels the new job).
     let interrupted = Arc::new(AtomicBool::new(false));
     for sig in [
         signal_hook::consts::SIGINT,
@@ -333,11 +323,19 @@ fn exec(
     ] {
         let _ = signal_hook::flag::register(sig, Arc::clone(&interrupted));
     }
+    let (rec, events) = launch::start_watched(store, cfg, env, req)?;
+    let id = JobId::parse(&rec.id)
+        .ok_or_else(|| Error::Internal("started a job with a bad id".into()))?;
+    let mut waiter = match events {
+        Some(e) => Waiter::Events(e),
+        None => Waiter::files(store, &id),
+    };
+    let deadline = wait.map(|w| Instant::now() + Duration::from_secs_f64(w));
     let rec = if json {
         wait_end(store, &id, deadline, &interrupted, &mut waiter)?
     } else {
         let mut off = 0;
-        follow_output(
+        let reader_gone = follow_output(
             store,
             &id,
             &mut off,
@@ -346,7 +344,14 @@ fn exec(
             &interrupted,
             &mut waiter,
         )?;
-        store.load(&id)?
+        if reader_gone {
+            // Nobody reads the output any more (e.g. `| head -1`): like Ctrl-C, end the
+            // job rather than leave it running unattended.
+            interrupted.store(true, Ordering::Relaxed);
+            wait_end(store, &id, None, &interrupted, &mut waiter)?
+        } else {
+            store.load(&id)?
+        }
     };
     if json {
         print_json(&store.view(&rec));
@@ -429,7 +434,7 @@ fn request_cancel(rec: &JobRecord) {
 }
 
 /// Prints output from `*off`; with `follow`, keeps going until the job has ended and all
-/// its output is printed (or `deadline` passes).
+/// its output is printed (or `deadline` passes). Returns true if stdout was closed.
 fn follow_output(
     store: &Store,
     id: &JobId,
@@ -438,7 +443,7 @@ fn follow_output(
     deadline: Option<Instant>,
     interrupted: &AtomicBool,
     waiter: &mut Waiter,
-) -> Result<()> {
+) -> Result<bool> {
     let mut stdout = std::io::stdout().lock();
     let mut cancel_sent = false;
     loop {
@@ -447,7 +452,7 @@ fn follow_output(
         loop {
             let page = store.read_page(id, *off, store::MAX_PAGE)?;
             if !page.data.is_empty() && stdout.write_all(page.data.as_bytes()).is_err() {
-                return Ok(()); // reader went away (e.g. `| head`)
+                return Ok(true); // reader went away (e.g. `| head`)
             }
             *off = page.next_offset;
             if page.eof {
@@ -456,7 +461,7 @@ fn follow_output(
         }
         let _ = stdout.flush();
         if !follow || rec.status.is_final() || deadline.is_some_and(|d| Instant::now() >= d) {
-            return Ok(());
+            return Ok(false);
         }
         if interrupted.load(Ordering::Relaxed) && !cancel_sent {
             cancel_sent = true;
@@ -484,7 +489,11 @@ pub fn exit_status(rec: &JobRecord) -> i32 {
         Status::TimedOut => 124,
         Status::Lost => 125,
         Status::Failed if rec.exit_code.is_none() && rec.signal.is_none() => 125,
-        Status::Failed | Status::Cancelled => rec.exit_code.or_else(by_signal).unwrap_or(130),
+        Status::Failed => rec.exit_code.or_else(by_signal).unwrap_or(125),
+        // A cancelled job never reports success, even if it trapped TERM and exited 0.
+        Status::Cancelled => by_signal()
+            .or(rec.exit_code.filter(|&c| c != 0))
+            .unwrap_or(130),
     }
 }
 

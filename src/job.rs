@@ -146,6 +146,9 @@ pub struct JobRecord {
     pub boot_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
+    /// Seconds between TERM and KILL for this job.
+    #[serde(default)]
+    pub grace_seconds: Option<f64>,
     /// Fields this binary does not know, kept on rewrite.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,

@@ -150,6 +150,31 @@ pub fn running_count(store: &Store) -> usize {
         .unwrap_or(0)
 }
 
+/// [`running_count`], after settling markers of jobs whose supervisor is gone (a lost job
+/// must not hold a slot). Only called at the limit, so the common case stays one listing.
+fn settled_running_count(store: &Store, max: usize) -> usize {
+    let n = running_count(store);
+    if n < max {
+        return n;
+    }
+    if let Ok(dir) = fs::read_dir(store.root().join("running")) {
+        for e in dir.flatten() {
+            match e.file_name().to_str().and_then(JobId::parse) {
+                Some(id) => match store.load(&id) {
+                    Ok(r) if r.status == Status::Running => {}
+                    _ => {
+                        let _ = fs::remove_file(e.path());
+                    }
+                },
+                None => {
+                    let _ = fs::remove_file(e.path());
+                }
+            }
+        }
+    }
+    running_count(store)
+}
+
 /// Starts a job and returns its record once the shell runs. `persisted_env` comes first;
 /// the request's own variables win over it.
 pub fn start(
@@ -182,7 +207,7 @@ pub fn start_watched(
     {
         return Ok((store.load(&id)?, None));
     }
-    if running_count(store) >= cfg.max_running {
+    if settled_running_count(store, cfg.max_running) >= cfg.max_running {
         return Err(Error::RateLimited(format!(
             "{} jobs are running, the most this agent allows; wait for one to end or cancel one",
             cfg.max_running
@@ -200,13 +225,18 @@ pub fn start_watched(
         }
         Err(e) => {
             // Nothing half-written: a job that never started leaves no folder behind,
-            // unless its supervisor already recorded why it failed.
-            if store
-                .read_raw(&id)
-                .map(|r| r.status == Status::Running)
-                .unwrap_or(true)
-            {
-                let _ = fs::remove_dir_all(&dir);
+            // unless its supervisor already recorded why it failed. One whose shell did
+            // start (the record has a pid) is kept and settled, so whatever it started is
+            // swept and the record says `lost`.
+            match store.read_raw(&id) {
+                Ok(r) if r.status == Status::Running && r.pid.is_some() => {
+                    let _ = store.load(&id);
+                }
+                Ok(r) if r.status != Status::Running => {}
+                _ => {
+                    crate::proc::sweep_job(id.as_str());
+                    let _ = fs::remove_dir_all(&dir);
+                }
             }
             let _ = fs::remove_dir_all(staging_dir(store, &id));
             let _ = fs::remove_file(store.root().join("running").join(id.as_str()));
@@ -310,6 +340,7 @@ fn create_and_spawn(
         supervisor_start: None,
         boot_id: Some(crate::sandbox::boot_id()).filter(|b| !b.is_empty()),
         idempotency_key: req.idempotency_key.clone(),
+        grace_seconds: Some(cfg.grace_seconds),
         extra: Default::default(),
     };
     let data = serde_json::to_vec_pretty(&rec).unwrap_or_default();
@@ -429,9 +460,17 @@ fn spawn_supervisor(store: &Store, id: &JobId, lock: &fs::File) -> Result<JobEve
 /// Asks a job's supervisor to cancel the job, then waits (up to the grace period and a
 /// margin) for the final record. Cancelling an ended job changes nothing.
 pub fn cancel(store: &Store, id: &JobId, wait: Duration) -> Result<JobRecord> {
-    let deadline = Instant::now() + wait;
+    let mut deadline = Instant::now() + wait;
+    let mut first = true;
     loop {
         let rec = store.load(id)?;
+        if first {
+            // Never give up before a TERM-ignoring job could have been KILLed.
+            first = false;
+            let grace =
+                Duration::from_secs_f64(rec.grace_seconds.unwrap_or(5.0).clamp(0.0, 86_400.0));
+            deadline = deadline.max(Instant::now() + grace + Duration::from_secs(5));
+        }
         if rec.status.is_final() {
             return Ok(rec);
         }

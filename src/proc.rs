@@ -258,6 +258,19 @@ impl JobCgroup {
         let _ = fs::remove_dir(&self.path);
     }
 
+    /// Waits (bounded) until the cgroup has no process left, then removes it.
+    pub fn remove_when_empty(&self, within: std::time::Duration) {
+        let deadline = std::time::Instant::now() + within;
+        while std::time::Instant::now() < deadline {
+            let events = fs::read_to_string(self.path.join("cgroup.events")).unwrap_or_default();
+            if !events.lines().any(|l| l == "populated 1") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        self.remove();
+    }
+
     /// The folder.
     pub fn path(&self) -> &Path {
         &self.path
@@ -271,7 +284,7 @@ pub fn sweep_job(job_id: &str) -> usize {
     if let Some(cg) = JobCgroup::existing(job_id) {
         n += cg.pids().len();
         cg.kill_all();
-        cg.remove();
+        cg.remove_when_empty(std::time::Duration::from_secs(2));
     }
     let marker = format!("{}={job_id}", crate::supervise::JOB_ENV_MARKER);
     for s in all_processes() {

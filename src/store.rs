@@ -22,6 +22,8 @@ pub const LOCK: &str = "lock";
 pub const SPEC: &str = "spec.json";
 pub const SECRETS: &str = "secrets.env";
 pub const STDIN: &str = "stdin";
+/// Room kept in a job folder so the final record lands even on a full disk.
+pub const RESERVE: &str = ".reserve";
 
 /// Why a job is `lost` when its supervisor vanished.
 pub const LOST_SUPERVISOR: &str = "its supervisor exited without recording the job's end (killed or crashed); the job's remaining processes were ended";
@@ -199,7 +201,9 @@ impl Store {
         if !stale_boot {
             crate::proc::sweep_job(id.as_str());
         }
-        let _ = fs::remove_file(self.job_dir(id).join(SECRETS));
+        for f in [SECRETS, SPEC, STDIN, RESERVE] {
+            let _ = fs::remove_file(self.job_dir(id).join(f));
+        }
         let _ = fs::remove_file(self.root.join("running").join(id.as_str()));
         rec.status = Status::Lost;
         rec.reason = Some(

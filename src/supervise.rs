@@ -32,8 +32,7 @@ use crate::store::{self, Store};
 pub const JOB_ENV_MARKER: &str = "GITTERM_JOB_ID";
 /// The fd on which the launcher hands the (already locked) job lock to the supervisor.
 pub const LOCK_FD: i32 = 3;
-/// Room kept in the job folder so the final record lands even on a full disk.
-const RESERVE: &str = ".reserve";
+use crate::store::RESERVE;
 const RESERVE_BYTES: usize = 16 * 1024;
 
 /// What the launcher tells the supervisor, stored as `spec.json` (0600) in the job folder.
@@ -68,6 +67,10 @@ pub fn main(root: &Path, id: &str) -> i32 {
         eprintln!("supervise: malformed job id");
         return 2;
     };
+    // Whatever the caller leaked to us beyond stdio and the lock must not be held open for
+    // the job's whole life (someone may be waiting for it to close).
+    // SAFETY: close_range takes two fd bounds and flags; nothing above LOCK_FD is ours yet.
+    unsafe { libc::syscall(libc::SYS_close_range, LOCK_FD as u32 + 1, u32::MAX, 0u32) };
     // SAFETY: the launcher placed the locked lock file on LOCK_FD; we take ownership once.
     let lock = unsafe { File::from_raw_fd(LOCK_FD) };
     if let Err(e) = set_cloexec(&lock) {
@@ -215,7 +218,13 @@ impl Supervisor {
             .custom_flags(libc::O_CLOEXEC)
             .open(dir.join(store::OUTPUT))
             .map_err(|e| format!("output.log: {e}"))?;
-        let _ = fs::write(dir.join(RESERVE), vec![0u8; RESERVE_BYTES]);
+        let _ = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(dir.join(RESERVE))
+            .and_then(|mut f| f.write_all(&[0u8; RESERVE_BYTES]));
 
         let stdin = if spec.has_stdin {
             Stdio::from(File::open(dir.join(store::STDIN)).map_err(|e| format!("stdin file: {e}"))?)
@@ -223,9 +232,14 @@ impl Supervisor {
             Stdio::null()
         };
         let (reader, writer) = io::pipe().map_err(|e| format!("pipe: {e}"))?;
-        // A bigger pipe means fewer wake-ups when a job floods its output.
+        // A bigger pipe means fewer wake-ups when a job floods its output; non-blocking so
+        // the last drain cannot hang on a writer outside the job's tree.
         // SAFETY: fcntl on a pipe fd we own.
-        unsafe { libc::fcntl(reader.as_raw_fd(), libc::F_SETPIPE_SZ, 1 << 20) };
+        unsafe {
+            libc::fcntl(reader.as_raw_fd(), libc::F_SETPIPE_SZ, 1 << 20);
+            let fl = libc::fcntl(reader.as_raw_fd(), libc::F_GETFL);
+            libc::fcntl(reader.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK);
+        }
         let cgroup = JobCgroup::create(id.as_str());
         let cg_procs = cgroup.as_ref().and_then(|c| {
             OpenOptions::new()
@@ -605,7 +619,7 @@ impl Supervisor {
         self.events = None;
         // Removing a cgroup can take milliseconds: only after the record is out.
         if let Some(cg) = &self.cgroup {
-            cg.remove();
+            cg.remove_when_empty(Duration::from_millis(500));
         }
     }
 }

@@ -221,7 +221,6 @@ fn corrupt_record_is_listed_and_the_rest_still_works() {
 }
 
 #[test]
-#[ignore = "bug: a job being started is listed as corrupt (its folder exists before its job.json)"]
 fn listing_during_a_start_shows_no_corrupt_job() {
     let sb = Sandbox::new();
     std::thread::scope(|s| {

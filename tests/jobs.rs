@@ -313,7 +313,6 @@ fn grandchild_holding_the_output_does_not_hold_the_job() {
 }
 
 #[test]
-#[ignore = "bug: jobs inherit the supervisor's blocked signal mask (TERM/INT/HUP/USR1/CHLD), so TERM never reaches exec'd or background processes"]
 fn job_starts_with_no_signal_blocked() {
     let sb = Sandbox::new();
     // `exec` replaces the shell, so grep shows the mask the shell was started with.
@@ -326,7 +325,6 @@ fn job_starts_with_no_signal_blocked() {
 }
 
 #[test]
-#[ignore = "bug: TERM is blocked in the job (inherited signal mask), so every ending waits the whole grace and ends in KILL"]
 fn term_ends_the_job_without_waiting_for_the_grace() {
     let sb = Sandbox::new();
     // A program that replaces the shell must get TERM at its timeout.
@@ -490,7 +488,6 @@ fn killed_supervisor_makes_the_job_lost() {
 }
 
 #[test]
-#[ignore = "bug: sweeping a lost job removes its cgroup right after cgroup.kill, before the cgroup is empty, so the rmdir fails and the cgroup stays"]
 fn lost_job_cgroup_is_removed() {
     let sb = Sandbox::new();
     let v = sb.start(&["--", "sleep 300 & sleep 301"]);
@@ -568,7 +565,6 @@ fn foreground_exec_reports_a_lost_supervisor() {
 }
 
 #[test]
-#[ignore = "bug: a supervisor that dies after recording itself but before its ready line makes the launcher delete the job folder, leaving the job's processes running with no record"]
 fn supervisor_dying_during_start_leaves_nothing_running() {
     let sb = Sandbox::new();
     // Kill each supervisor as soon as it has recorded itself; sometimes that is before
@@ -590,7 +586,6 @@ fn supervisor_dying_during_start_leaves_nothing_running() {
 }
 
 #[test]
-#[ignore = "bug: a lost job's running marker still counts against --max-running until someone reads its record"]
 fn lost_job_frees_its_running_slot() {
     let sb = Sandbox::new();
     let v = sb.start(&["--", "sleep 300"]);
@@ -601,7 +596,6 @@ fn lost_job_frees_its_running_slot() {
 }
 
 #[test]
-#[ignore = "bug: settling a job as lost leaves spec.json (raw command and env) and .reserve in its folder"]
 fn lost_job_leaves_only_its_record_and_output() {
     let sb = Sandbox::new();
     let v = sb.start(&["--env", "SOME_VAR=some-value", "--", "sleep 300"]);
@@ -618,7 +612,6 @@ fn lost_job_leaves_only_its_record_and_output() {
 }
 
 #[test]
-#[ignore = "bug: the detached supervisor and the job inherit the caller's open fds (beyond 0-2)"]
 fn detached_job_does_not_hold_the_callers_fds() {
     let sb = Sandbox::new();
     let (mut r, w) = std::io::pipe().unwrap();
@@ -816,7 +809,6 @@ fn interrupting_exec_cancels_the_job() {
 }
 
 #[test]
-#[ignore = "bug: Ctrl-C while exec is starting the job kills the CLI: a job folder without job.json (listed corrupt forever) or a job left running"]
 fn interrupt_during_start_leaves_no_running_or_corrupt_job() {
     let sb = Sandbox::new();
     for _ in 0..3 {
@@ -846,7 +838,6 @@ fn interrupt_during_start_leaves_no_running_or_corrupt_job() {
 }
 
 #[test]
-#[ignore = "bug: when exec's stdout reader goes away (`exec ... | head -1`) the CLI exits 0 and leaves the job running unattended"]
 fn closed_stdout_does_not_orphan_the_job() {
     let sb = Sandbox::new();
     let mut c = sb.cmd(&["exec", "--", "while :; do echo x; sleep 0.1; done"]);
@@ -1002,7 +993,6 @@ fn job_runs_in_its_own_session_and_group() {
 }
 
 #[test]
-#[ignore = "bug: a cancelled job whose command exits 0 on TERM makes exec exit 0 (while isError is true)"]
 fn cancelled_exec_never_exits_zero() {
     let sb = Sandbox::new();
     let mut c = sb.cmd(&[
