@@ -1,4 +1,14 @@
-//! The HTTP/JSON control endpoint (`serve`). (Skeleton.)
+//! The HTTP/JSON control endpoint (`gitterm-agent serve`).
+//!
+//! - [`http`]: the HTTP/1.1 layer (std threads, every client-controlled size and wait
+//!   bounded); it knows nothing of routes or JSON.
+//! - [`auth`]: tokens; [`request`]: pure parsing of queries and bodies; [`watch`]: one
+//!   shared inotify instance for long-polls.
+
+pub mod auth;
+pub mod http;
+pub mod request;
+pub mod watch;
 
 use crate::error::{Error, Result};
 
