@@ -61,6 +61,10 @@ impl Default for Limits {
     }
 }
 
+/// Bodies up to this size are read and dropped when a request is refused before its body,
+/// so the connection can stay open.
+const SKIPPABLE_BODY: u64 = 64 << 10;
+
 /// A parsed request head.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Head {
@@ -456,8 +460,16 @@ fn connection<H: Handler>(stream: Stream, handler: &H, limits: &Limits, state: &
         };
         let close = head.wants_close() || state.stopping.load(Ordering::SeqCst);
         if let Some(resp) = handler.check(&head) {
-            // An unread body would be taken for the next request: close instead.
-            let unread = framing != Framing::None;
+            // A small body is skipped to keep the connection; a larger one is left unread
+            // (that is the point of checking first), and an unread body would be taken for
+            // the next request, so the connection closes.
+            let unread = match framing {
+                Framing::None => false,
+                Framing::Length(n) if n <= SKIPPABLE_BODY => {
+                    read_body(&mut r, framing, limits).is_err()
+                }
+                _ => true,
+            };
             if !finish(
                 &mut r,
                 handler,
@@ -627,7 +639,7 @@ fn read_head(r: &mut BufReader<Stream>, limits: &Limits) -> Result<Option<Vec<u8
 fn slow_head(limits: &Limits) -> Fault {
     Fault::TooSlow(format!(
         "the request head did not arrive within {} s",
-        limits.head_timeout.as_secs()
+        limits.head_timeout.as_secs_f64()
     ))
 }
 
@@ -789,7 +801,7 @@ impl Timed<'_> {
     fn slow(&self) -> Fault {
         Fault::TooSlow(format!(
             "the request body did not arrive within {} s",
-            self.what.as_secs()
+            self.what.as_secs_f64()
         ))
     }
 

@@ -50,6 +50,12 @@ pub struct ServeArgs {
     /// Most client connections open at once
     #[arg(long, value_name = "N", default_value = "1024")]
     pub max_connections: usize,
+    /// Seconds a client may take to send a request's headers
+    #[arg(long, value_name = "S", default_value = "10")]
+    pub header_timeout: String,
+    /// Seconds a client may take to send a request's body
+    #[arg(long, value_name = "S", default_value = "60")]
+    pub body_timeout: String,
     #[command(flatten)]
     pub limits: crate::cli::LimitArgs,
 }
@@ -62,6 +68,11 @@ pub fn serve_main(args: ServeArgs) -> Result<i32> {
             "--max-connections must be at least 1".into(),
         ));
     }
+    let seconds = |flag: &str, v: &str| {
+        crate::cli::parse_seconds(flag, v, false).map(Duration::from_secs_f64)
+    };
+    let head_timeout = seconds("--header-timeout", &args.header_timeout)?;
+    let body_timeout = seconds("--body-timeout", &args.body_timeout)?;
     let store = Store::open(&store::default_root())?;
     let tokens = auth::Tokens::load(
         store.root(),
@@ -102,6 +113,8 @@ pub fn serve_main(args: ServeArgs) -> Result<i32> {
     let limits = http::Limits {
         max_body: args.max_body,
         max_connections: args.max_connections,
+        head_timeout,
+        body_timeout,
         ..Default::default()
     };
     let state = Arc::new(http::State::default());
