@@ -992,6 +992,13 @@ fn keep_alive_pipelining_and_expect_continue() {
         Some(br#"{"unset":["PIPE_A"]}"#),
     );
     assert_eq!(r.json()["names"], json!([]));
+    // Refused before the body while the client waits for 100 Continue: answered at once,
+    // without waiting for a body that may never come.
+    let mut a = s.anon();
+    a.write_raw(b"POST /v1/jobs HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 10\r\n\r\n")
+        .unwrap();
+    a.r.get_ref().set_timeout(Duration::from_secs(30));
+    assert_eq!(a.read_response().unwrap().status, 401);
     // Connection: close is honoured.
     let r = c.send("GET", "/v1/health", &[("Connection", "close")], None);
     assert_eq!(r.header("connection"), Some("close"));

@@ -459,13 +459,17 @@ fn connection<H: Handler>(stream: Stream, handler: &H, limits: &Limits, state: &
             }
         };
         let close = head.wants_close() || state.stopping.load(Ordering::SeqCst);
+        let expects_continue = head
+            .header("expect")
+            .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"));
         if let Some(resp) = handler.check(&head) {
             // A small body is skipped to keep the connection; a larger one is left unread
             // (that is the point of checking first), and an unread body would be taken for
-            // the next request, so the connection closes.
+            // the next request, so the connection closes. A client waiting for
+            // `100 Continue` may never send its body: do not wait for it.
             let unread = match framing {
                 Framing::None => false,
-                Framing::Length(n) if n <= SKIPPABLE_BODY => {
+                Framing::Length(n) if n <= SKIPPABLE_BODY && !expects_continue => {
                     read_body(&mut r, framing, limits).is_err()
                 }
                 _ => true,
@@ -483,11 +487,7 @@ fn connection<H: Handler>(stream: Stream, handler: &H, limits: &Limits, state: &
             }
             continue;
         }
-        if head
-            .header("expect")
-            .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"))
-            && framing != Framing::None
-        {
+        if expects_continue && framing != Framing::None {
             let _ = r.get_mut().write_all(b"HTTP/1.1 100 Continue\r\n\r\n");
         }
         let body = match read_body(&mut r, framing, limits) {
