@@ -95,12 +95,24 @@ pub fn serve_main(args: ServeArgs) -> Result<i32> {
         start_reaper();
     }
 
-    log(serde_json::json!({
+    let mut listening = serde_json::json!({
         "event": "listening",
         "address": listener.describe(),
         "version": crate::VERSION,
         "pid": std::process::id(),
         "resumed": sandbox.resumed,
+    });
+    if let http::Listener::Tcp(l) = &listener
+        && l.local_addr().is_ok_and(|a| !a.ip().is_loopback())
+    {
+        listening["warning"] =
+            "listening beyond loopback: plain HTTP, the token is the only guard".into();
+    }
+    log(listening);
+    // A handler's panic becomes a 500 for its request; its message goes to the log as
+    // one JSON line like everything else.
+    std::panic::set_hook(Box::new(|info| {
+        log(serde_json::json!({"event": "panic", "error": info.to_string()}));
     }));
     let hub = watch::Hub::start();
     let app = Arc::new(routes::App::new(
