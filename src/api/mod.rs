@@ -95,12 +95,14 @@ pub fn serve_main(args: ServeArgs) -> Result<i32> {
         start_reaper();
     }
 
+    let max_connections = within_fd_limit(args.max_connections);
     let mut listening = serde_json::json!({
         "event": "listening",
         "address": listener.describe(),
         "version": crate::VERSION,
         "pid": std::process::id(),
         "resumed": sandbox.resumed,
+        "maxConnections": max_connections,
     });
     if let http::Listener::Tcp(l) = &listener
         && l.local_addr().is_ok_and(|a| !a.ip().is_loopback())
@@ -124,7 +126,7 @@ pub fn serve_main(args: ServeArgs) -> Result<i32> {
     ));
     let limits = http::Limits {
         max_body: args.max_body,
-        max_connections: args.max_connections,
+        max_connections,
         head_timeout,
         body_timeout,
         ..Default::default()
@@ -147,6 +149,17 @@ pub fn serve_main(args: ServeArgs) -> Result<i32> {
     log(serde_json::json!({"event": "stopped"}));
     result.map_err(|e| Error::io("serving", e))?;
     Ok(0)
+}
+
+/// Lowers the connection cap to what the open-file limit allows (one fd per connection,
+/// with room left for starting jobs), so the cap answers 429 before accept() fails. The
+/// limit itself is not raised: jobs inherit it, and some programs dislike a huge one.
+fn within_fd_limit(want: usize) -> usize {
+    use nix::sys::resource::{Resource, getrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, _)) => want.min((soft as usize).saturating_sub(128).max(16)),
+        Err(_) => want,
+    }
 }
 
 /// Writes one JSON line to stderr; a closed stderr is no reason to fail.
