@@ -244,7 +244,8 @@ fn run(cmd: Cmd) -> Result<i32> {
             store.load(&id)?;
             let mut off = offset;
             let stop = Arc::new(AtomicBool::new(false));
-            follow_output(&store, &id, &mut off, follow, None, &stop)?;
+            let mut waiter = Waiter::files(&store, &id);
+            follow_output(&store, &id, &mut off, follow, None, &stop, &mut waiter)?;
             Ok(0)
         }
         Cmd::Cancel { id, json } => {
@@ -312,7 +313,14 @@ fn exec(
     wait: Option<f64>,
     json: bool,
 ) -> Result<i32> {
-    let rec = launch::start(store, cfg, env, req)?;
+    let (rec, events) = launch::start_watched(store, cfg, env, req)?;
+    let mut waiter = match events {
+        Some(e) => Waiter::Events(e),
+        None => Waiter::files(
+            store,
+            &JobId::parse(&rec.id).unwrap_or_else(|| unreachable!()),
+        ),
+    };
     let id = JobId::parse(&rec.id)
         .ok_or_else(|| Error::Internal("started a job with a bad id".into()))?;
     let deadline = wait.map(|w| Instant::now() + Duration::from_secs_f64(w));
@@ -326,10 +334,18 @@ fn exec(
         let _ = signal_hook::flag::register(sig, Arc::clone(&interrupted));
     }
     let rec = if json {
-        wait_end(store, &id, deadline, &interrupted)?
+        wait_end(store, &id, deadline, &interrupted, &mut waiter)?
     } else {
         let mut off = 0;
-        follow_output(store, &id, &mut off, true, deadline, &interrupted)?;
+        follow_output(
+            store,
+            &id,
+            &mut off,
+            true,
+            deadline,
+            &interrupted,
+            &mut waiter,
+        )?;
         store.load(&id)?
     };
     if json {
@@ -358,13 +374,36 @@ fn exec(
     Ok(exit_status(&rec))
 }
 
+/// How a waiting command learns that a job changed.
+enum Waiter {
+    /// The change channel of a job this process started.
+    Events(launch::JobEvents),
+    /// Watching the job's folder.
+    Files(Option<store::Watcher>),
+}
+
+impl Waiter {
+    fn files(store: &Store, id: &JobId) -> Waiter {
+        Waiter::Files(store::Watcher::new(&store.job_dir(id)))
+    }
+
+    fn wait(&mut self, d: Duration) {
+        match self {
+            Waiter::Events(e) => {
+                e.wait(d);
+            }
+            Waiter::Files(w) => store::nap(w.as_ref(), d),
+        }
+    }
+}
+
 fn wait_end(
     store: &Store,
     id: &JobId,
     deadline: Option<Instant>,
     interrupted: &AtomicBool,
+    waiter: &mut Waiter,
 ) -> Result<JobRecord> {
-    let watcher = store::Watcher::new(&store.job_dir(id));
     let mut cancel_sent = false;
     loop {
         let rec = store.load(id)?;
@@ -379,7 +418,7 @@ fn wait_end(
         let nap = deadline.map_or(Duration::from_millis(250), |d| {
             (d - now).min(Duration::from_millis(250))
         });
-        store::nap(watcher.as_ref(), nap);
+        waiter.wait(nap);
     }
 }
 
@@ -398,12 +437,8 @@ fn follow_output(
     follow: bool,
     deadline: Option<Instant>,
     interrupted: &AtomicBool,
+    waiter: &mut Waiter,
 ) -> Result<()> {
-    let watcher = if follow {
-        store::Watcher::new(&store.job_dir(id))
-    } else {
-        None
-    };
     let mut stdout = std::io::stdout().lock();
     let mut cancel_sent = false;
     loop {
@@ -431,7 +466,7 @@ fn follow_output(
             d.saturating_duration_since(Instant::now())
                 .min(Duration::from_millis(250))
         });
-        store::nap(watcher.as_ref(), nap);
+        waiter.wait(nap);
     }
 }
 

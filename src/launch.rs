@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
-use std::io::{BufRead, BufReader};
+use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
@@ -158,6 +158,17 @@ pub fn start(
     persisted_env: &BTreeMap<String, String>,
     req: StartRequest,
 ) -> Result<JobRecord> {
+    start_watched(store, cfg, persisted_env, req).map(|(rec, _)| rec)
+}
+
+/// [`start`], also returning the job's change channel (absent when an idempotent retry
+/// returned an earlier job) so the caller can wait for output and the end without polling.
+pub fn start_watched(
+    store: &Store,
+    cfg: &Config,
+    persisted_env: &BTreeMap<String, String>,
+    req: StartRequest,
+) -> Result<(JobRecord, Option<JobEvents>)> {
     let (cwd, timeout, idle) = validate(&req, cfg)?;
     // Held until the job is recorded under its key, so two retries racing each other
     // still start one job.
@@ -169,7 +180,7 @@ pub fn start(
     if let Some(key) = &req.idempotency_key
         && let Some(id) = idempotent_lookup(store, key)?
     {
-        return store.load(&id);
+        return Ok((store.load(&id)?, None));
     }
     if running_count(store) >= cfg.max_running {
         return Err(Error::RateLimited(format!(
@@ -181,11 +192,11 @@ pub fn start(
     let dir = store.job_dir(&id);
     let result = create_and_spawn(store, cfg, persisted_env, &req, &id, cwd, timeout, idle);
     match result {
-        Ok(rec) => {
+        Ok((rec, events)) => {
             if let Some(key) = &req.idempotency_key {
                 idempotent_record(store, key, &id);
             }
-            Ok(rec)
+            Ok((rec, Some(events)))
         }
         Err(e) => {
             // Nothing half-written: a job that never started leaves no folder behind,
@@ -197,6 +208,7 @@ pub fn start(
             {
                 let _ = fs::remove_dir_all(&dir);
             }
+            let _ = fs::remove_dir_all(staging_dir(store, &id));
             let _ = fs::remove_file(store.root().join("running").join(id.as_str()));
             Err(e)
         }
@@ -213,8 +225,10 @@ fn create_and_spawn(
     cwd: String,
     timeout: f64,
     idle: Option<f64>,
-) -> Result<JobRecord> {
-    let dir = store.job_dir(id);
+) -> Result<(JobRecord, JobEvents)> {
+    // Built under a hidden name and renamed into place whole, so a job folder never
+    // exists without its record, even if this process dies half-way.
+    let dir = staging_dir(store, id);
     let io = |what: &str| {
         let what = format!("creating job {id}: {what}");
         move |e| Error::io(what, e)
@@ -250,7 +264,17 @@ fn create_and_spawn(
         max_output_bytes: cfg.max_output_bytes,
         has_stdin: req.stdin.is_some(),
     };
-    let private = |name: &str, data: &[u8]| store::write_atomic(&dir.join(name), data, 0o600);
+    // These files live only until the job ends and a crash before the start loses the job
+    // anyway: a plain private write, no fsync (the records themselves are durable).
+    let private = |name: &str, data: &[u8]| {
+        use std::io::Write;
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(dir.join(name))?
+            .write_all(data)
+    };
     private(store::SPEC, &serde_json::to_vec(&spec).unwrap_or_default())
         .map_err(io("spec.json"))?;
     if !req.secrets.is_empty() {
@@ -288,17 +312,65 @@ fn create_and_spawn(
         idempotency_key: req.idempotency_key.clone(),
         extra: Default::default(),
     };
-    store.write_record(&rec).map_err(io("job.json"))?;
+    let data = serde_json::to_vec_pretty(&rec).unwrap_or_default();
+    store::write_atomic(&dir.join(store::RECORD), &data, 0o600).map_err(io("job.json"))?;
+    fs::rename(&dir, store.job_dir(id)).map_err(io("folder"))?;
+    fs::File::open(store.jobs_dir())
+        .and_then(|d| d.sync_all())
+        .map_err(io("jobs folder"))?;
     let running = store.root().join("running");
     crate::store::ensure_private_dir(&running).map_err(io("running folder"))?;
     fs::write(running.join(id.as_str()), b"").map_err(io("running marker"))?;
 
-    spawn_supervisor(store, id, &lock)?;
+    let events = spawn_supervisor(store, id, &lock)?;
     drop(lock);
-    store.read_raw(id)
+    Ok((store.read_raw(id)?, events))
 }
 
-fn spawn_supervisor(store: &Store, id: &JobId, lock: &fs::File) -> Result<()> {
+/// The supervisor's change channel for a job this process started: readable when output
+/// was stored, at EOF once the final record is written.
+pub struct JobEvents {
+    pipe: Option<std::process::ChildStdout>,
+}
+
+impl JobEvents {
+    /// Waits up to `timeout` for something to happen; false if nothing did. After the end
+    /// (or if the channel broke) it returns true at once, so callers re-read the record.
+    pub fn wait(&mut self, timeout: Duration) -> bool {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        use std::io::Read;
+        use std::os::fd::AsFd;
+        let Some(pipe) = &mut self.pipe else {
+            return true;
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        let mut fds = [PollFd::new(pipe.as_fd(), PollFlags::POLLIN)];
+        match poll(
+            &mut fds,
+            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
+        ) {
+            Ok(0) => false,
+            Ok(_) => {
+                let mut buf = [0u8; 4096];
+                if !matches!(pipe.read(&mut buf), Ok(n) if n > 0) {
+                    self.pipe = None;
+                }
+                true
+            }
+            Err(_) => {
+                self.pipe = None;
+                true
+            }
+        }
+    }
+}
+
+/// Where a job's folder is assembled before it is renamed into place.
+pub fn staging_dir(store: &Store, id: &JobId) -> std::path::PathBuf {
+    store.jobs_dir().join(format!(".new-{id}"))
+}
+
+fn spawn_supervisor(store: &Store, id: &JobId, lock: &fs::File) -> Result<JobEvents> {
     let lock_fd = lock.as_raw_fd();
     let mut cmd = Command::new("/proc/self/exe");
     cmd.arg("supervise")
@@ -328,22 +400,28 @@ fn spawn_supervisor(store: &Store, id: &JobId, lock: &fs::File) -> Result<()> {
     let mut child = cmd
         .spawn()
         .map_err(|e| Error::io("starting the job's supervisor", e))?;
-    let mut line = String::new();
-    if let Some(out) = child.stdout.take() {
-        let _ = BufReader::new(out).read_line(&mut line);
+    // Unbuffered, byte by byte: what follows the line belongs to the change channel.
+    let mut out = child.stdout.take();
+    let mut line = Vec::new();
+    if let Some(o) = &mut out {
+        let mut b = [0u8];
+        while line.len() < 4096 && matches!(o.read(&mut b), Ok(1)) && b[0] != b'\n' {
+            line.push(b[0]);
+        }
     }
     // The first process exits right after forking the real supervisor; if a PID-1 reaper
     // got to it first, the status is simply gone, which is fine.
     let _ = child.wait();
-    let line = line.trim_end();
+    let line = String::from_utf8_lossy(&line);
     if line == "ok" {
-        return Ok(());
+        return Ok(JobEvents { pipe: out });
     }
     let msg = line
         .strip_prefix("err ")
         .unwrap_or("the supervisor exited without a word");
     match store.read_raw(id) {
-        Ok(r) if r.status != Status::Running => Ok(()), // it recorded why the job failed
+        // It recorded why the job failed.
+        Ok(r) if r.status != Status::Running => Ok(JobEvents { pipe: None }),
         _ => Err(Error::Internal(format!("could not start job {id}: {msg}"))),
     }
 }

@@ -75,8 +75,39 @@ pub fn all_processes() -> Vec<Stat> {
 }
 
 /// The descendants of `root` (not `root` itself), parents before children.
+///
+/// Walks `/proc/<pid>/task/<tid>/children`, so the cost grows with the job's tree, not
+/// with the whole machine (a thousand supervisors ending at once must not each read every
+/// process); falls back to a full scan where the kernel lacks those files.
 pub fn descendants(root: i32) -> Vec<Stat> {
-    descendants_in(root, &all_processes())
+    if !Path::new(&format!("/proc/{root}/task/{root}/children")).exists() {
+        return descendants_in(root, &all_processes());
+    }
+    let mut out: Vec<Stat> = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(p) = frontier.pop() {
+        let Ok(tasks) = fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let Ok(list) = fs::read_to_string(t.path().join("children")) else {
+                continue;
+            };
+            for child in list
+                .split_whitespace()
+                .filter_map(|c| c.parse::<i32>().ok())
+            {
+                if child != root
+                    && !out.iter().any(|o| o.pid == child)
+                    && let Some(st) = stat(child)
+                {
+                    out.push(st);
+                    frontier.push(child);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// [`descendants`] over a given process table (pure, for tests).

@@ -274,6 +274,22 @@ impl Store {
             }
         }
         removed.reverse();
+        // Folders of starts that died half-way (see launch::staging_dir) hold nothing
+        // anyone can read; clear them once they are clearly abandoned.
+        if let Ok(dir) = fs::read_dir(self.jobs_dir()) {
+            for e in dir.flatten() {
+                let stale = e
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| now.duration_since(t).ok());
+                if e.file_name().to_string_lossy().starts_with(".new-job_")
+                    && stale.is_some_and(|a| a > Duration::from_secs(3600))
+                {
+                    let _ = fs::remove_dir_all(e.path());
+                }
+            }
+        }
         removed
     }
 

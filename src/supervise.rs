@@ -89,6 +89,7 @@ pub fn main(root: &Path, id: &str) -> i32 {
     let code = match Supervisor::start(&store, &id) {
         Ok(mut s) => {
             ready_line("ok");
+            s.events = events_pipe();
             detach_stdio();
             s.run();
             0
@@ -112,6 +113,19 @@ fn ready_line(s: &str) {
     let mut out = io::stdout().lock();
     let _ = writeln!(out, "{s}");
     let _ = out.flush();
+}
+
+/// Keeps the launcher's pipe as a change channel: a byte per stored chunk of output, and
+/// EOF once the final record is written. The launcher learns of the end at once, without
+/// watching files (closing an inotify instance can cost milliseconds).
+fn events_pipe() -> Option<File> {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    let out = io::stdout();
+    let raw = fcntl(out.as_fd(), FcntlArg::F_DUPFD_CLOEXEC(3)).ok()?;
+    // SAFETY: F_DUPFD_CLOEXEC returned a new fd that nothing else owns.
+    let file = unsafe { File::from_raw_fd(raw) };
+    fcntl(&file, FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).ok()?;
+    Some(file)
 }
 
 fn detach_stdio() {
@@ -157,6 +171,7 @@ struct Supervisor {
     written: u64,
     dropped: u64,
     write_error: Option<String>,
+    events: Option<File>,
 }
 
 impl Supervisor {
@@ -234,10 +249,15 @@ impl Supervisor {
         for s in &secrets {
             cmd.env(&s.name, s.value.expose());
         }
-        // SAFETY: only async-signal-safe calls (setsid, prctl, write, getppid, kill) run
+        // SAFETY: only async-signal-safe calls (sigprocmask, setsid, prctl, write, getppid, kill) run
         // between fork and exec.
         unsafe {
             cmd.pre_exec(move || {
+                // The supervisor blocks the signals it reads through its signalfd; the job
+                // must start with none blocked.
+                let mut empty: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut empty);
+                libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
                 if libc::setsid() < 0 {
                     return Err(io::Error::last_os_error());
                 }
@@ -285,6 +305,7 @@ impl Supervisor {
             written: 0,
             dropped: 0,
             write_error: None,
+            events: None,
         })
     }
 
@@ -451,8 +472,19 @@ impl Supervisor {
                 return;
             }
             self.written += take as u64;
+            self.notify();
         }
         self.dropped += (data.len() - take) as u64;
+    }
+
+    /// Tells the launcher (if it still listens) that output arrived; never blocks.
+    fn notify(&mut self) {
+        if let Some(ev) = &mut self.events
+            && let Err(e) = ev.write(b".")
+            && e.kind() != io::ErrorKind::WouldBlock
+        {
+            self.events = None;
+        }
     }
 
     fn reap(&mut self, shell_status: &mut Option<WaitStatus>) {
@@ -520,9 +552,6 @@ impl Supervisor {
         let _ = fs::remove_file(dir.join(store::SECRETS));
         let _ = fs::remove_file(dir.join(store::STDIN));
         let _ = fs::remove_file(dir.join(store::SPEC));
-        if let Some(cg) = &self.cgroup {
-            cg.remove();
-        }
         let (code, signal) = match shell {
             Some(WaitStatus::Exited(_, c)) => (Some(c), None),
             Some(WaitStatus::Signaled(_, s, _)) => (None, Some(s.as_str().to_string())),
@@ -573,6 +602,11 @@ impl Supervisor {
             std::thread::sleep(Duration::from_millis(50 << attempt));
         }
         let _ = fs::remove_file(self.store.root().join("running").join(self.id.as_str()));
+        self.events = None;
+        // Removing a cgroup can take milliseconds: only after the record is out.
+        if let Some(cg) = &self.cgroup {
+            cg.remove();
+        }
     }
 }
 

