@@ -263,12 +263,43 @@ impl App {
         }
         start.secrets = secrets;
         let persisted = crate::cli::persisted_env(&self.store)?;
-        let rec = launch::start(&self.store, &self.cfg, &persisted, start)?;
-        let rec = match body.wait {
-            Wait::Background => rec,
-            Wait::Seconds(s) => self.wait_end(&job_id(&rec)?, s)?,
+        let (rec, events) = launch::start_watched(&self.store, &self.cfg, &persisted, start)?;
+        let rec = match (body.wait, events) {
+            (Wait::Background, _) => rec,
+            (Wait::Seconds(s), Some(ev)) => self.wait_end_events(&job_id(&rec)?, ev, s)?,
+            (Wait::Seconds(s), None) => self.wait_end(&job_id(&rec)?, s)?,
         };
         Ok(self.store.view(&rec))
+    }
+
+    /// [`App::wait_end`] for a job this request started, over the supervisor's own change
+    /// channel: it tells of the end at once, with no folder watch to set up and tear down.
+    fn wait_end_events(
+        &self,
+        id: &JobId,
+        mut ev: launch::JobEvents,
+        seconds: f64,
+    ) -> Result<JobRecord> {
+        let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+        let mut instant_wakes = 0;
+        loop {
+            let rec = self.store.load(id)?;
+            let now = Instant::now();
+            if rec.status.is_final() || now >= deadline || self.hub.stopping() {
+                return Ok(rec);
+            }
+            // A closed channel wakes at once every time; should that happen before the
+            // record is final, the folder watch takes over rather than spinning.
+            if instant_wakes >= 3 {
+                return self.wait_end(id, (deadline - now).as_secs_f64());
+            }
+            ev.wait((deadline - now).min(super::watch::RECHECK));
+            if now.elapsed() < Duration::from_millis(1) {
+                instant_wakes += 1;
+            } else {
+                instant_wakes = 0;
+            }
+        }
     }
 
     /// The latest record, after waiting up to `seconds` for the job to end.
