@@ -3,8 +3,7 @@
 FROM rust:1-bookworm AS build
 RUN rustup target add x86_64-unknown-linux-musl
 WORKDIR /src
-COPY Cargo.toml Cargo.lock ./
-COPY src ./src
+COPY . .
 RUN cargo build --release --locked --target x86_64-unknown-linux-musl \
  && cp target/x86_64-unknown-linux-musl/release/gitterm-agent /gitterm-agent
 

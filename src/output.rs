@@ -7,31 +7,210 @@ use crate::sanitize::Sanitizer;
 pub struct Pipeline {
     sanitizer: Sanitizer,
     redactor: Redactor,
-    mid: Vec<u8>,
 }
 
 impl Pipeline {
     /// A pipeline that masks these secret values.
     pub fn new(secrets: &[&[u8]]) -> Self {
+        // The redactor sees sanitized text, where a value holding controls or escapes
+        // appears without them: mask that form too.
+        let sanitized: Vec<Vec<u8>> = secrets
+            .iter()
+            .filter_map(|&value| {
+                let mut s = Sanitizer::new();
+                let mut clean = Vec::new();
+                s.feed(value, &mut clean);
+                s.finish(&mut clean);
+                (clean != value).then_some(clean)
+            })
+            .collect();
+        let mut values = secrets.to_vec();
+        values.extend(sanitized.iter().map(Vec::as_slice));
         Pipeline {
             sanitizer: Sanitizer::new(),
-            redactor: Redactor::new(secrets),
-            mid: Vec::new(),
+            redactor: Redactor::new(&values),
         }
     }
 
     /// Processes one read's worth of raw output, appending storable bytes to `out`.
     pub fn feed(&mut self, input: &[u8], out: &mut Vec<u8>) {
-        self.mid.clear();
-        self.sanitizer.feed(input, &mut self.mid);
-        self.redactor.feed(&self.mid, out);
+        // The sanitizer writes straight after the redactor's held tail in `out`, and the
+        // redactor works there in place: no intermediate buffer, no extra copy.
+        let from = self.redactor.begin(out);
+        self.sanitizer.feed(input, out);
+        self.redactor.end(out, from, false);
     }
 
     /// Ends the stream, appending everything still held.
     pub fn finish(&mut self, out: &mut Vec<u8>) {
-        self.mid.clear();
-        self.sanitizer.finish(&mut self.mid);
-        self.redactor.feed(&self.mid, out);
-        self.redactor.finish(out);
+        let from = self.redactor.begin(out);
+        self.sanitizer.finish(out);
+        self.redactor.end(out, from, true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn run(secrets: &[&[u8]], chunks: &[&[u8]]) -> Vec<u8> {
+        let mut p = Pipeline::new(secrets);
+        let mut out = Vec::new();
+        for c in chunks {
+            p.feed(c, &mut out);
+        }
+        p.finish(&mut out);
+        out
+    }
+
+    fn one_byte_writes(secrets: &[&[u8]], input: &[u8]) -> Vec<u8> {
+        let chunks: Vec<&[u8]> = input.chunks(1).collect();
+        run(secrets, &chunks)
+    }
+
+    #[test]
+    fn secret_written_a_byte_at_a_time_is_caught() {
+        let out = one_byte_writes(&[b"hunter22"], b"password: hunter22\nnext\n");
+        assert_eq!(out, b"password: [redacted]\nnext\n");
+    }
+
+    #[test]
+    fn secret_wrapped_in_colour_codes_is_caught() {
+        let input = b"\x1b[31mhun\x1b[0mter\x1b[1;4m22\x1b[m done\n";
+        assert_eq!(run(&[b"hunter22"], &[input]), b"[redacted] done\n");
+        assert_eq!(one_byte_writes(&[b"hunter22"], input), b"[redacted] done\n");
+    }
+
+    #[test]
+    fn secret_rewritten_after_carriage_return_is_caught() {
+        let input = b"hunterXX\rhunter22\r\n_\x08h_\x08u_\x08nter22\n";
+        assert_eq!(run(&[b"hunter22"], &[input]), b"[redacted]\n[redacted]\n");
+        assert_eq!(
+            one_byte_writes(&[b"hunter22"], input),
+            b"[redacted]\n[redacted]\n"
+        );
+    }
+
+    #[test]
+    fn secret_holding_controls_is_caught_as_stored() {
+        let secret: &[u8] = b"pass\x07word\x1b[0m42";
+        let input = b"login pass\x07word\x1b[0m42 ok\n";
+        assert_eq!(run(&[secret], &[input]), b"login [redacted] ok\n");
+    }
+
+    #[test]
+    fn no_secrets_is_the_sanitizer_alone() {
+        let input = b"\x1b[1mbold\x1b[0m\r\nprogress 1\rprogress 2\n\xff tail";
+        let mut s = Sanitizer::new();
+        let mut expected = Vec::new();
+        s.feed(input, &mut expected);
+        s.finish(&mut expected);
+        assert_eq!(run(&[], &[input]), expected);
+    }
+
+    #[test]
+    fn output_ahead_of_the_caller_buffer_is_kept() {
+        let mut p = Pipeline::new(&[b"hunter22"]);
+        let mut out = b"existing ".to_vec();
+        p.feed(b"a hunter22 b\nc", &mut out);
+        p.finish(&mut out);
+        assert_eq!(out, b"existing a [redacted] b\nc");
+    }
+
+    #[test]
+    fn every_split_gives_the_same_result() {
+        let secrets: &[&[u8]] = &[b"hunter22", b"s3cr3t-t0ken"];
+        let input = b"\x1b[32mok\x1b[0m hun\x1b[1mter22\r\n\x1b]0;t\x07s3cr3t-t0kenhunter22 \xe2\x82\xac\nx";
+        let whole = run(secrets, &[input]);
+        assert_eq!(whole, "ok [redacted]\n[redacted] €\nx".as_bytes());
+        for i in 0..=input.len() {
+            let (a, b) = input.split_at(i);
+            assert_eq!(run(secrets, &[a, b]), whole, "split at {i}");
+        }
+        assert_eq!(one_byte_writes(secrets, input), whole);
+    }
+
+    #[test]
+    fn secrets_deep_in_a_line_without_newlines_are_caught() {
+        let secret: &[u8] = b"deep-s3cret-value";
+        // Occurrences around the sanitizer's streaming points and far into the line.
+        let spots = [65_530, 131_070, 1_000_000, 3_000_000];
+        let mut line = vec![b'x'; 3_200_000];
+        for &at in &spots {
+            line[at..at + secret.len()].copy_from_slice(secret);
+        }
+        let mut expected = Vec::new();
+        let mut last = 0;
+        for &at in &spots {
+            expected.extend_from_slice(&line[last..at]);
+            expected.extend_from_slice(b"[redacted]");
+            last = at + secret.len();
+        }
+        expected.extend_from_slice(&line[last..]);
+        let mut p = Pipeline::new(&[secret]);
+        let mut out = Vec::new();
+        let mut fed = 0;
+        for read in line.chunks(65_536) {
+            p.feed(read, &mut out);
+            fed += read.len();
+            // Output keeps up with input: only a bounded tail is ever held (the sanitizer's
+            // line bound plus the redactor's look-behind; each marker is 7 bytes shorter).
+            let behind = fed - out.len();
+            assert!(behind <= crate::sanitize::LINE_LIMIT + 64 + 7 * spots.len());
+        }
+        p.finish(&mut out);
+        assert!(out == expected);
+    }
+
+    fn input_strategy() -> impl Strategy<Value = Vec<u8>> {
+        let pieces: Vec<&'static [u8]> = vec![
+            b"hunter22",
+            b"hun",
+            b"ter22",
+            b"aHVudGVyMjI=",
+            b"x",
+            b" ",
+            b"\n",
+            b"\r",
+            b"\r\n",
+            b"\x08",
+            b"\x1b[31m",
+            b"\x1b[0m",
+            b"\x1b[K",
+            b"\x1b[2K",
+            b"\x1b]0;hunter22\x07",
+            b"\x1b",
+            b"\xe2\x82",
+            b"\xac",
+            "é".as_bytes(),
+            b"\x00",
+        ];
+        prop::collection::vec(prop::sample::select(pieces), 0..40).prop_map(|p| p.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn chunking_does_not_matter(input in input_strategy(), sizes in prop::collection::vec(1usize..16, 1..6)) {
+            let secrets: &[&[u8]] = &[b"hunter22"];
+            let whole = run(secrets, &[&input]);
+            let mut chunks = Vec::new();
+            let mut rest = input.as_slice();
+            for &n in sizes.iter().cycle() {
+                if rest.is_empty() {
+                    break;
+                }
+                let (a, b) = rest.split_at(n.min(rest.len()));
+                chunks.push(a);
+                rest = b;
+            }
+            prop_assert_eq!(run(secrets, &chunks), whole.clone());
+            // The secret never survives, in any form.
+            prop_assert!(!whole.windows(8).any(|w| w == b"hunter22"));
+            prop_assert!(!whole.windows(10).any(|w| w == b"aHVudGVyMj"));
+            prop_assert!(std::str::from_utf8(&whole).is_ok());
+        }
     }
 }

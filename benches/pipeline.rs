@@ -1,0 +1,249 @@
+//! Throughput of the output pipeline: `cargo bench --bench pipeline`.
+//!
+//! Inputs: ~128 MB of plain log lines, ~100 MB of colour-heavy text (the corpus `git log`
+//! recording repeated: one SGR sequence every ~18 bytes), and ~64 MB of text in non-Latin
+//! scripts. Both are fed in 64 KiB reads, as
+//! from a pipe. Secrets are 64 random 16–40 character strings, a few of them (raw and
+//! encoded) planted in the input. Figures are input MB (10^6 bytes) per second, best of a
+//! few runs.
+
+use gitterm_agent::output::Pipeline;
+use gitterm_agent::sanitize::Sanitizer;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+const READ: usize = 64 * 1024;
+const RUNS: usize = 3;
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+fn plain_text(rng: &mut Rng, size: usize) -> Vec<u8> {
+    const LEVELS: &[&str] = &["INFO", "DEBUG", "WARN", "INFO", "ERROR", "TRACE"];
+    const MODULES: &[&str] = &["api::jobs", "store", "supervise", "http::server", "launch"];
+    const WORDS: &[&str] = &[
+        "request",
+        "completed",
+        "in",
+        "ms",
+        "job",
+        "started",
+        "with",
+        "pid",
+        "user",
+        "path",
+        "/v1/jobs/8f3a/output",
+        "connection",
+        "closed",
+        "by",
+        "peer",
+        "retrying",
+        "after",
+        "bytes",
+        "written",
+        "to",
+        "output.log",
+        "status=200",
+        "method=GET",
+        "cache",
+        "hit",
+    ];
+    let mut out = Vec::with_capacity(size + 256);
+    let mut n = 0u64;
+    while out.len() < size {
+        n += 1;
+        let line = format!(
+            "2025-11-29T12:{:02}:{:02}.{:06}Z {:5} {}: ",
+            n / 60 % 60,
+            n % 60,
+            rng.below(1_000_000),
+            LEVELS[rng.below(LEVELS.len())],
+            MODULES[rng.below(MODULES.len())],
+        );
+        out.extend_from_slice(line.as_bytes());
+        for i in 0..4 + rng.below(10) {
+            if i > 0 {
+                out.push(b' ');
+            }
+            if rng.below(5) == 0 {
+                out.extend_from_slice(rng.below(100_000).to_string().as_bytes());
+            } else {
+                out.extend_from_slice(WORDS[rng.below(WORDS.len())].as_bytes());
+            }
+        }
+        out.push(b'\n');
+    }
+    out
+}
+
+/// Log lines in several scripts: mostly non-ASCII characters.
+fn unicode_text(rng: &mut Rng, size: usize) -> Vec<u8> {
+    const WORDS: &[&str] = &[
+        "größe",
+        "überprüfung",
+        "fehlgeschlagen",
+        "ошибка",
+        "соединение",
+        "закрыто",
+        "データベース",
+        "接続",
+        "失敗しました",
+        "服务器",
+        "已启动",
+        "🚀",
+        "✓",
+        "ok",
+        "42",
+    ];
+    let mut out = Vec::with_capacity(size + 256);
+    while out.len() < size {
+        for i in 0..4 + rng.below(12) {
+            if i > 0 {
+                out.push(b' ');
+            }
+            out.extend_from_slice(WORDS[rng.below(WORDS.len())].as_bytes());
+        }
+        out.push(b'\n');
+    }
+    out
+}
+
+fn colour_text(size: usize) -> Vec<u8> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/corpus/git-log-color.raw"
+    );
+    let recording = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut out = Vec::with_capacity(size + recording.len());
+    while out.len() < size {
+        out.extend_from_slice(&recording);
+    }
+    out
+}
+
+fn random_secrets(rng: &mut Rng) -> Vec<Vec<u8>> {
+    const ALPHABET: &[u8] =
+        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.+/=@!%";
+    (0..64)
+        .map(|_| {
+            let len = 16 + rng.below(25);
+            (0..len)
+                .map(|_| ALPHABET[rng.below(ALPHABET.len())])
+                .collect()
+        })
+        .collect()
+}
+
+/// Overwrites a few spots (at line starts) with secrets, raw and base64-encoded.
+fn plant(rng: &mut Rng, text: &mut [u8], secrets: &[Vec<u8>]) {
+    for i in 0..24 {
+        let secret = &secrets[rng.below(secrets.len())];
+        let form = if i % 3 == 0 {
+            base64(secret)
+        } else {
+            secret.clone()
+        };
+        let at = rng.below(text.len() - 200);
+        let at = at + memchr_nl(&text[at..]) + 1;
+        text[at..at + form.len()].copy_from_slice(&form);
+    }
+}
+
+fn memchr_nl(b: &[u8]) -> usize {
+    b.iter().position(|&c| c == b'\n').unwrap_or(0)
+}
+
+fn base64(bytes: &[u8]) -> Vec<u8> {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = Vec::new();
+    for c in bytes.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for k in 0..=c.len() {
+            out.push(A[(n >> (18 - 6 * k) & 63) as usize]);
+        }
+    }
+    out
+}
+
+/// Runs `f` over `input` in 64 KiB reads a few times; returns the best MB/s and the output
+/// size of the last run.
+fn measure(input: &[u8], mut f: impl FnMut(&[u8], &mut Vec<u8>)) -> (f64, usize) {
+    let mut best = Duration::MAX;
+    let mut produced = 0;
+    let mut out = Vec::with_capacity(input.len() + (1 << 20));
+    for _ in 0..RUNS {
+        out.clear();
+        let start = Instant::now();
+        f(input, &mut out);
+        best = best.min(start.elapsed());
+        produced = black_box(&out).len();
+    }
+    (input.len() as f64 / 1e6 / best.as_secs_f64(), produced)
+}
+
+fn sanitize(input: &[u8], out: &mut Vec<u8>) {
+    let mut s = Sanitizer::new();
+    for read in input.chunks(READ) {
+        s.feed(read, out);
+    }
+    s.finish(out);
+}
+
+fn pipeline<'a>(secrets: &'a [&'a [u8]]) -> impl FnMut(&[u8], &mut Vec<u8>) + 'a {
+    move |input, out| {
+        let mut p = Pipeline::new(secrets);
+        for read in input.chunks(READ) {
+            p.feed(read, out);
+        }
+        p.finish(out);
+    }
+}
+
+fn main() {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let secrets = random_secrets(&mut rng);
+    let refs: Vec<&[u8]> = secrets.iter().map(Vec::as_slice).collect();
+
+    // `cargo bench --bench pipeline -- colour` runs only the inputs named.
+    let only: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    for name in ["plain", "colour", "unicode"] {
+        if !only.is_empty() && !only.iter().any(|o| o == name) {
+            continue;
+        }
+        let mut input = match name {
+            "plain" => plain_text(&mut rng, 128 << 20),
+            "colour" => colour_text(100 << 20),
+            _ => unicode_text(&mut rng, 64 << 20),
+        };
+        plant(&mut rng, &mut input, &secrets);
+        let input = &input;
+        println!("input {name}: {:.1} MB", input.len() as f64 / 1e6);
+        let (rate, _) = measure(input, sanitize);
+        println!("sanitize {name}: {rate:.0} MB/s");
+        let (rate, _) = measure(input, pipeline(&[]));
+        println!("pipeline {name} 0-secrets: {rate:.0} MB/s");
+        let (rate, len) = measure(input, pipeline(&refs));
+        let mut check = Vec::new();
+        pipeline(&refs)(input, &mut check);
+        let masked = check.windows(10).filter(|w| w == b"[redacted]").count();
+        assert_eq!(len, check.len());
+        println!("pipeline {name} 64-secrets: {rate:.0} MB/s ({masked} masked)");
+    }
+}
