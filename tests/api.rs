@@ -1455,3 +1455,26 @@ fn serve_as_pid_1_reaps_orphans() {
     signal(serve_pid as i32, libc::SIGTERM);
     let _ = child.wait();
 }
+
+#[test]
+fn secret_values_never_come_back() {
+    let s = Server::start(&[]);
+    let mut c = s.client();
+    let secret = "s3cr3t-value-for-redaction";
+    let v = start_job(
+        &mut c,
+        json!({"command": format!("echo \"$TOK\"; echo {secret}"), "secretEnv": {"TOK": secret}}),
+    );
+    let id = id_of(&v);
+    assert_eq!(v["output"], "[redacted]\n[redacted]\n");
+    let answers = [
+        c.get(&format!("/v1/jobs/{id}")).text(),
+        c.get(&format!("/v1/jobs/{id}/output")).text(),
+        c.get("/v1/jobs").text(),
+        serde_json::to_string(&v).unwrap(),
+    ];
+    for a in answers {
+        assert!(!a.contains(secret), "{a}");
+    }
+    assert!(!s.log_text().contains(secret));
+}
