@@ -607,6 +607,9 @@ impl Supervisor {
         rec.reason = (!reasons.is_empty()).then(|| reasons.join("; "));
         rec.output_bytes = self.written;
         rec.ended_at = Some(crate::timefmt::now());
+        // Before the final record: whoever sees the job ended must not then be refused a
+        // new start because this one still counts as running.
+        let _ = fs::remove_file(self.store.root().join("running").join(self.id.as_str()));
         // The reserve gives the final record room on a full disk; retry a few times.
         let _ = fs::remove_file(dir.join(RESERVE));
         for attempt in 0..5 {
@@ -615,7 +618,6 @@ impl Supervisor {
             }
             std::thread::sleep(Duration::from_millis(50 << attempt));
         }
-        let _ = fs::remove_file(self.store.root().join("running").join(self.id.as_str()));
         self.events = None;
         // Removing a cgroup can take milliseconds: only after the record is out.
         if let Some(cg) = &self.cgroup {

@@ -1,0 +1,242 @@
+//! The HTTP/JSON control endpoint (`gitterm-agent serve`).
+//!
+//! - [`http`]: the HTTP/1.1 layer (std threads, every client-controlled size and wait
+//!   bounded); it knows nothing of routes or JSON.
+//! - [`routes`]: routing, handlers and the request log.
+//! - [`auth`]: tokens; [`request`]: pure parsing of queries and bodies; [`watch`]: one
+//!   shared inotify instance for long-polls.
+//!
+//! The server keeps no state beyond the store: each job has its own supervisor process, so
+//! stopping or killing the server never touches a running job, and a restart is a rescan.
+
+pub mod auth;
+pub mod http;
+pub mod request;
+pub mod routes;
+pub mod watch;
+
+use std::io::Write;
+use std::os::fd::AsFd;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::store::{self, Store};
+
+pub use routes::ROUTES;
+
+/// The default `--listen`.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7433";
+
+/// Flags of `serve`.
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// ADDR:PORT (port 0 picks a free one; the first log line names it) or unix:/path
+    #[arg(long, default_value = DEFAULT_LISTEN, value_name = "ADDR:PORT|unix:PATH")]
+    pub listen: String,
+    /// A 0600 file holding the bearer token (default: <root>/agent.token, generated once)
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// A 0600 file holding a second token that may only read the sandbox, start and read
+    /// jobs, and read or set the env
+    #[arg(long, value_name = "FILE")]
+    pub scoped_token_file: Option<PathBuf>,
+    /// Largest request body accepted
+    #[arg(long, value_name = "BYTES", default_value = "8388608")]
+    pub max_body: u64,
+    /// Most client connections open at once
+    #[arg(long, value_name = "N", default_value = "1024")]
+    pub max_connections: usize,
+    /// Seconds a client may take to send a request's headers
+    #[arg(long, value_name = "S", default_value = "10")]
+    pub header_timeout: String,
+    /// Seconds a client may take to send a request's body
+    #[arg(long, value_name = "S", default_value = "60")]
+    pub body_timeout: String,
+    #[command(flatten)]
+    pub limits: crate::cli::LimitArgs,
+}
+
+/// Runs the server until SIGTERM/SIGINT.
+pub fn serve_main(args: ServeArgs) -> Result<i32> {
+    let cfg = args.limits.config()?;
+    if args.max_connections == 0 {
+        return Err(Error::Invalid(
+            "--max-connections must be at least 1".into(),
+        ));
+    }
+    let seconds = |flag: &str, v: &str| {
+        crate::cli::parse_seconds(flag, v, false).map(Duration::from_secs_f64)
+    };
+    let head_timeout = seconds("--header-timeout", &args.header_timeout)?;
+    let body_timeout = seconds("--body-timeout", &args.body_timeout)?;
+    let store = Store::open(&store::default_root())?;
+    let tokens = auth::Tokens::load(
+        store.root(),
+        args.token_file.as_deref(),
+        args.scoped_token_file.as_deref(),
+    )?;
+    let sandbox = crate::sandbox::record_start(store.root())?;
+    let listener = bind(&args.listen)?;
+
+    let (stop_rx, stop_tx) =
+        UnixStream::pair().map_err(|e| Error::io("creating the signal pipe", e))?;
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        let tx = stop_tx
+            .try_clone()
+            .map_err(|e| Error::io("creating the signal pipe", e))?;
+        signal_hook::low_level::pipe::register(sig, tx)
+            .map_err(|e| Error::io("installing signal handlers", e))?;
+    }
+    if std::process::id() == 1 {
+        start_reaper();
+    }
+
+    let max_connections = within_fd_limit(args.max_connections);
+    let mut listening = serde_json::json!({
+        "event": "listening",
+        "address": listener.describe(),
+        "version": crate::VERSION,
+        "pid": std::process::id(),
+        "resumed": sandbox.resumed,
+        "maxConnections": max_connections,
+    });
+    if let http::Listener::Tcp(l) = &listener
+        && l.local_addr().is_ok_and(|a| !a.ip().is_loopback())
+    {
+        listening["warning"] =
+            "listening beyond loopback: plain HTTP, the token is the only guard".into();
+    }
+    log(listening);
+    // A handler's panic becomes a 500 for its request; its message goes to the log as
+    // one JSON line like everything else.
+    std::panic::set_hook(Box::new(|info| {
+        log(serde_json::json!({"event": "panic", "error": info.to_string()}));
+    }));
+    let hub = watch::Hub::start();
+    let app = Arc::new(routes::App::new(
+        store,
+        cfg,
+        tokens,
+        sandbox,
+        Arc::clone(&hub),
+    ));
+    let limits = http::Limits {
+        max_body: args.max_body,
+        max_connections,
+        head_timeout,
+        body_timeout,
+        ..Default::default()
+    };
+    let state = Arc::new(http::State::default());
+    // Long-polls answer at once when the stop begins, so the grace is for short requests.
+    let on_stop = {
+        let hub = Arc::clone(&hub);
+        move || hub.stop()
+    };
+    let result = http::run(
+        listener,
+        limits,
+        app,
+        Arc::clone(&state),
+        stop_rx.as_fd(),
+        Duration::from_secs(3),
+        on_stop,
+    );
+    log(serde_json::json!({"event": "stopped"}));
+    result.map_err(|e| Error::io("serving", e))?;
+    Ok(0)
+}
+
+/// Lowers the connection cap to what the open-file limit allows (one fd per connection,
+/// with room left for starting jobs), so the cap answers 429 before accept() fails. The
+/// limit itself is not raised: jobs inherit it, and some programs dislike a huge one.
+fn within_fd_limit(want: usize) -> usize {
+    use nix::sys::resource::{Resource, getrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, _)) => want.min((soft as usize).saturating_sub(128).max(16)),
+        Err(_) => want,
+    }
+}
+
+/// Writes one JSON line to stderr; a closed stderr is no reason to fail.
+fn log(v: serde_json::Value) {
+    let _ = writeln!(std::io::stderr().lock(), "{v}");
+}
+
+/// Binds `--listen`: `ADDR:PORT` or `unix:/path` (a 0600 socket file).
+pub fn bind(listen: &str) -> Result<http::Listener> {
+    if let Some(path) = listen.strip_prefix("unix:") {
+        return bind_unix(Path::new(path)).map(|l| http::Listener::Unix(l, path.into()));
+    }
+    let addrs: Vec<std::net::SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(listen)
+        .map_err(|e| {
+            Error::Invalid(format!(
+                "--listen {listen:?}: expected ADDR:PORT (e.g. {DEFAULT_LISTEN}) or unix:/path ({e})"
+            ))
+        })?
+        .collect();
+    let l = std::net::TcpListener::bind(&addrs[..])
+        .map_err(|e| Error::io(format!("cannot listen on {listen}"), e))?;
+    Ok(http::Listener::Tcp(l))
+}
+
+fn bind_unix(path: &Path) -> Result<UnixListener> {
+    if path.as_os_str().is_empty() {
+        return Err(Error::Invalid("--listen unix: needs a path".into()));
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            // A socket left by a server that was killed: reuse the path, unless a server
+            // still answers there.
+            if UnixStream::connect(path).is_ok() {
+                return Err(Error::Internal(format!(
+                    "cannot listen on unix:{}: another server is answering there",
+                    path.display()
+                )));
+            }
+            std::fs::remove_file(path).map_err(|e| {
+                Error::io(format!("removing the stale socket {}", path.display()), e)
+            })?;
+        }
+        Ok(_) => {
+            return Err(Error::Invalid(format!(
+                "--listen unix:{}: the path exists and is not a socket; refusing to replace it",
+                path.display()
+            )));
+        }
+        Err(_) => {}
+    }
+    // The socket file is created 0600 from the start (not chmod-ed after, which would leave
+    // a moment where anyone may connect). Still single-threaded here, so the process-wide
+    // umask change affects nothing else.
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+    let bound = UnixListener::bind(path);
+    nix::sys::stat::umask(old);
+    let l = bound.map_err(|e| Error::io(format!("cannot listen on unix:{}", path.display()), e))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| Error::io(format!("chmod 0600 {}", path.display()), e))?;
+    Ok(l)
+}
+
+/// As PID 1 (a container's init), orphans are re-parented to us and must be reaped, or
+/// they stay zombies. The launcher tolerates this reaper taking its intermediate child's
+/// status.
+fn start_reaper() {
+    use nix::sys::wait::{WaitPidFlag, waitpid};
+    let _ = std::thread::Builder::new()
+        .name("reaper".into())
+        .stack_size(64 << 10)
+        .spawn(|| {
+            loop {
+                match waitpid(nix::unistd::Pid::from_raw(-1), Some(WaitPidFlag::__WALL)) {
+                    Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                    // No children right now: look again shortly.
+                    Err(_) => std::thread::sleep(Duration::from_millis(200)),
+                }
+            }
+        });
+}

@@ -1,0 +1,713 @@
+//! Pure request parsing: query strings, and JSON bodies turned into the agent's own types.
+//! No I/O here, so every rule is unit tested next to it.
+//!
+//! Rules shared by every body: it must be a JSON object; unknown fields are ignored (a newer
+//! client may send more); a known field with the wrong type is `invalid`, and the message
+//! names the field; `null` is the same as leaving a field out.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+use crate::launch::StartRequest;
+use crate::probe::Probe;
+
+/// `waitSeconds` when a start request gives none.
+pub const DEFAULT_WAIT_SECONDS: f64 = 30.0;
+/// The longest any request may wait (starts and long-polls).
+pub const MAX_WAIT_SECONDS: f64 = 600.0;
+/// The longest, and default, wait for a preview.
+pub const MAX_PREVIEW_WAIT_SECONDS: f64 = 60.0;
+/// The largest `limit` of a job listing.
+pub const MAX_LIST_LIMIT: usize = 100_000;
+
+/// Decodes `%XX` escapes and `+` (a space, as forms send it); `None` for a broken escape or
+/// text that is not UTF-8.
+pub fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                let hex = b.get(i + 1..i + 3)?;
+                let hex = std::str::from_utf8(hex).ok()?;
+                if !hex.bytes().all(|c| c.is_ascii_hexdigit()) {
+                    return None;
+                }
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// A parsed query string: each name at most once.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Query(BTreeMap<String, String>);
+
+impl Query {
+    /// Parses `a=1&b=2`. A name given twice, or a broken escape, is `invalid`.
+    pub fn parse(q: &str) -> Result<Query> {
+        let mut map = BTreeMap::new();
+        for pair in q.split('&').filter(|p| !p.is_empty()) {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let bad = || Error::Invalid("the query string has a malformed %-escape".into());
+            let name = percent_decode(name).ok_or_else(bad)?;
+            let value = percent_decode(value).ok_or_else(bad)?;
+            if map.contains_key(&name) {
+                return Err(Error::Invalid(format!(
+                    "query parameter {} is given more than once",
+                    shown(&name)
+                )));
+            }
+            map.insert(name, value);
+        }
+        Ok(Query(map))
+    }
+
+    /// A raw value.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(String::as_str)
+    }
+
+    /// A whole number, within `min..=max`.
+    pub fn uint(&self, name: &str, min: u64, max: u64) -> Result<Option<u64>> {
+        let Some(v) = self.get(name) else {
+            return Ok(None);
+        };
+        let n = (!v.is_empty() && v.len() <= 20 && v.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| v.parse::<u64>().ok())
+            .flatten()
+            .filter(|n| (min..=max).contains(n));
+        n.map(Some).ok_or_else(|| {
+            Error::Invalid(format!(
+                "{name} must be a whole number from {min} to {max}, got {}",
+                shown(v)
+            ))
+        })
+    }
+
+    /// A number of seconds to wait, from 0 to `max`.
+    pub fn seconds(&self, name: &str, max: f64) -> Result<Option<f64>> {
+        let Some(v) = self.get(name) else {
+            return Ok(None);
+        };
+        let n: f64 = v.trim().parse().map_err(|_| {
+            Error::Invalid(format!(
+                "{name} must be a number of seconds, got {}",
+                shown(v)
+            ))
+        })?;
+        check_wait(name, n, max).map(Some)
+    }
+}
+
+/// Shows a caller's value in a message: quoted, and cut short.
+fn shown(s: &str) -> String {
+    let mut out: String = s.chars().take(64).collect();
+    if out.len() < s.len() {
+        out.push('…');
+    }
+    format!("{out:?}")
+}
+
+fn check_wait(name: &str, n: f64, max: f64) -> Result<f64> {
+    if !n.is_finite() || !(0.0..=max).contains(&n) {
+        return Err(Error::Invalid(format!(
+            "{name} must be from 0 to {max} seconds, got {n}"
+        )));
+    }
+    Ok(n)
+}
+
+/// Parses a body as a JSON object.
+pub fn object(body: &[u8]) -> Result<Map<String, Value>> {
+    if body.iter().all(|b| b.is_ascii_whitespace()) {
+        return Err(Error::Invalid(
+            "the request body is empty; send a JSON object".into(),
+        ));
+    }
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(_) => Err(Error::Invalid(
+            "the request body must be a JSON object".into(),
+        )),
+        Err(e) => Err(Error::Invalid(format!(
+            "the request body is not valid JSON: {e}"
+        ))),
+    }
+}
+
+/// Typed access to an object's fields.
+struct Fields<'a>(&'a Map<String, Value>);
+
+fn wrong_type(name: &str, want: &str, got: &Value) -> Error {
+    let got = match got {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    };
+    Error::Invalid(format!("{name} must be {want}, got {got}"))
+}
+
+impl<'a> Fields<'a> {
+    fn get(&self, name: &str) -> Option<&'a Value> {
+        self.0.get(name).filter(|v| !v.is_null())
+    }
+
+    fn string(&self, name: &str) -> Result<Option<&'a str>> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(v) => Err(wrong_type(name, "a string", v)),
+        }
+    }
+
+    fn number(&self, name: &str) -> Result<Option<f64>> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(Value::Number(n)) => Ok(n.as_f64()),
+            Some(v) => Err(wrong_type(name, "a number", v)),
+        }
+    }
+
+    fn boolean(&self, name: &str) -> Result<Option<bool>> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(v) => Err(wrong_type(name, "true or false", v)),
+        }
+    }
+
+    fn object(&self, name: &str) -> Result<Option<&'a Map<String, Value>>> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(Value::Object(m)) => Ok(Some(m)),
+            Some(v) => Err(wrong_type(name, "an object", v)),
+        }
+    }
+
+    /// An object whose values are all strings.
+    fn string_map(&self, name: &str) -> Result<BTreeMap<String, String>> {
+        let mut out = BTreeMap::new();
+        for (k, v) in self.object(name)?.into_iter().flatten() {
+            match v {
+                Value::String(s) => {
+                    out.insert(k.clone(), s.clone());
+                }
+                v => return Err(wrong_type(&format!("{name}.{k}"), "a string", v)),
+            }
+        }
+        Ok(out)
+    }
+
+    fn string_array(&self, name: &str) -> Result<Vec<String>> {
+        match self.get(name) {
+            None => Ok(Vec::new()),
+            Some(Value::Array(a)) => a
+                .iter()
+                .enumerate()
+                .map(|(i, v)| match v {
+                    Value::String(s) => Ok(s.clone()),
+                    v => Err(wrong_type(&format!("{name}[{i}]"), "a string", v)),
+                })
+                .collect(),
+            Some(v) => Err(wrong_type(name, "an array of strings", v)),
+        }
+    }
+}
+
+/// How long a start request waits for its job.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Wait {
+    /// `background: true`: answer as soon as the job runs.
+    Background,
+    /// Wait up to this many seconds for the end.
+    Seconds(f64),
+}
+
+/// A parsed `POST /v1/jobs` body. Secret files are only named here; reading them is I/O.
+#[derive(Debug)]
+pub struct StartBody {
+    pub req: StartRequest,
+    pub secret_files: Vec<PathBuf>,
+    pub wait: Wait,
+}
+
+/// Parses a `POST /v1/jobs` body (and the `Idempotency-Key` header, if any).
+pub fn start_body(body: &[u8], idempotency_key: Option<&str>) -> Result<StartBody> {
+    let map = object(body)?;
+    let f = Fields(&map);
+    let command = match f.get("command") {
+        None => {
+            return Err(Error::Invalid(
+                "command is missing: give the shell command to run".into(),
+            ));
+        }
+        Some(Value::String(s)) => s.clone(),
+        Some(v) => return Err(wrong_type("command", "a string", v)),
+    };
+    let req = StartRequest {
+        command,
+        cwd: f.string("cwd")?.map(str::to_string),
+        env: job_env(&f)?,
+        stdin: stdin(&f)?,
+        secrets: match f.object("secretEnv")? {
+            Some(m) => crate::secrets::from_map(m)?,
+            None => Vec::new(),
+        },
+        timeout_seconds: f.number("timeoutSeconds")?,
+        idle_timeout_seconds: f.number("idleTimeoutSeconds")?,
+        idempotency_key: idempotency_key.map(str::to_string),
+    };
+    let secret_files = f
+        .string_array("secretFiles")?
+        .into_iter()
+        .map(PathBuf::from)
+        .collect();
+    let wait_seconds = f
+        .number("waitSeconds")?
+        .map(|n| check_wait("waitSeconds", n, MAX_WAIT_SECONDS))
+        .transpose()?;
+    let wait = if f.boolean("background")?.unwrap_or(false) {
+        Wait::Background
+    } else {
+        Wait::Seconds(wait_seconds.unwrap_or(DEFAULT_WAIT_SECONDS))
+    };
+    Ok(StartBody {
+        req,
+        secret_files,
+        wait,
+    })
+}
+
+fn job_env(f: &Fields) -> Result<BTreeMap<String, String>> {
+    let env = f.string_map("env")?;
+    for (k, v) in &env {
+        crate::launch::check_env(k, v).map_err(|e| Error::Invalid(format!("env: {e}")))?;
+    }
+    Ok(env)
+}
+
+fn stdin(f: &Fields) -> Result<Option<Vec<u8>>> {
+    let encoding = f.string("encoding")?.unwrap_or("utf8");
+    let base64 = match encoding {
+        "utf8" | "utf-8" => false,
+        "base64" => true,
+        other => {
+            return Err(Error::Invalid(format!(
+                "encoding must be \"utf8\" or \"base64\", got {}",
+                shown(other)
+            )));
+        }
+    };
+    let Some(text) = f.string("stdin")? else {
+        return Ok(None);
+    };
+    if !base64 {
+        return Ok(Some(text.as_bytes().to_vec()));
+    }
+    base64_decode(text)
+        .map(Some)
+        .map_err(|why| Error::Invalid(format!("stdin is not valid base64: {why}")))
+}
+
+/// Decodes standard base64 (`+/`, padding optional, ASCII whitespace ignored so wrapped
+/// output of `base64` works). Refuses other characters, misplaced padding and non-zero
+/// leftover bits.
+pub fn base64_decode(s: &str) -> std::result::Result<Vec<u8>, String> {
+    fn value(c: u8) -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    }
+    let chars: Vec<u8> = s.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
+    let data_len = chars.iter().position(|&c| c == b'=').unwrap_or(chars.len());
+    let padding = &chars[data_len..];
+    if padding.len() > 2 || padding.iter().any(|&c| c != b'=') {
+        return Err("padding '=' may only end the text, at most twice".into());
+    }
+    if !padding.is_empty() && !chars.len().is_multiple_of(4) {
+        return Err("the padded length is not a multiple of 4".into());
+    }
+    let data = &chars[..data_len];
+    if data.len() % 4 == 1 {
+        return Err("the length is impossible (one character too many or too few)".into());
+    }
+    let mut out = Vec::with_capacity(data.len() / 4 * 3 + 2);
+    for (i, group) in data.chunks(4).enumerate() {
+        let mut acc: u32 = 0;
+        for (j, &c) in group.iter().enumerate() {
+            let v = value(c).ok_or_else(|| {
+                format!(
+                    "character {:?} at position {} is not in the base64 alphabet",
+                    c as char,
+                    i * 4 + j
+                )
+            })?;
+            acc |= v << (18 - 6 * j);
+        }
+        let bytes = acc.to_be_bytes();
+        let n = group.len() - 1; // 4 chars -> 3 bytes, 3 -> 2, 2 -> 1
+        if n < 3 && acc & (0x00ff_ffff >> (8 * n)) != 0 {
+            return Err("the last character carries stray bits".into());
+        }
+        out.extend_from_slice(&bytes[1..1 + n]);
+    }
+    Ok(out)
+}
+
+/// A parsed `POST /v1/env` body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvBody {
+    pub set: BTreeMap<String, String>,
+    pub unset: Vec<String>,
+    pub replace: bool,
+}
+
+/// Parses a `POST /v1/env` body.
+pub fn env_body(body: &[u8]) -> Result<EnvBody> {
+    let map = object(body)?;
+    let f = Fields(&map);
+    Ok(EnvBody {
+        set: f.string_map("set")?,
+        unset: f.string_array("unset")?,
+        replace: f.boolean("replace")?.unwrap_or(false),
+    })
+}
+
+/// A parsed `POST /v1/previews` body.
+#[derive(Debug)]
+pub struct PreviewBody {
+    pub port: u16,
+    /// The server to start when nothing answers yet (cwd, env, timeouts as for a job).
+    pub start: Option<StartRequest>,
+    pub wait_seconds: f64,
+    pub probe: Probe,
+}
+
+/// Parses a `POST /v1/previews` body.
+pub fn preview_body(body: &[u8], idempotency_key: Option<&str>) -> Result<PreviewBody> {
+    let map = object(body)?;
+    let f = Fields(&map);
+    let port = match f.get("port") {
+        None => return Err(Error::Invalid("port is missing".into())),
+        Some(Value::Number(n)) => {
+            n.as_u64()
+                .filter(|p| (1..=65535).contains(p))
+                .ok_or_else(|| {
+                    Error::Invalid(format!(
+                        "port must be a whole number from 1 to 65535, got {n}"
+                    ))
+                })? as u16
+        }
+        Some(v) => return Err(wrong_type("port", "a number", v)),
+    };
+    let start = match f.string("command")? {
+        Some(command) => Some(StartRequest {
+            command: command.to_string(),
+            cwd: f.string("cwd")?.map(str::to_string),
+            env: job_env(&f)?,
+            timeout_seconds: f.number("timeoutSeconds")?,
+            idempotency_key: idempotency_key.map(str::to_string),
+            ..Default::default()
+        }),
+        None => {
+            for only_with_command in ["cwd", "env", "timeoutSeconds"] {
+                if f.get(only_with_command).is_some() {
+                    return Err(Error::Invalid(format!(
+                        "{only_with_command} applies only with a command"
+                    )));
+                }
+            }
+            None
+        }
+    };
+    let wait_seconds = f
+        .number("waitSeconds")?
+        .map(|n| check_wait("waitSeconds", n, MAX_PREVIEW_WAIT_SECONDS))
+        .transpose()?
+        .unwrap_or(MAX_PREVIEW_WAIT_SECONDS);
+    let probe = crate::probe::parse_probe(f.string("probe")?, f.string("path")?)?;
+    Ok(PreviewBody {
+        port,
+        start,
+        wait_seconds,
+        probe,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn invalid<T: std::fmt::Debug>(r: Result<T>) -> String {
+        match r {
+            Err(Error::Invalid(m)) => m,
+            other => panic!("expected invalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn percent_decoding() {
+        assert_eq!(percent_decode("a%20b+c").as_deref(), Some("a b c"));
+        assert_eq!(percent_decode("%2e%2E").as_deref(), Some(".."));
+        assert_eq!(percent_decode("%C3%A9").as_deref(), Some("é"));
+        assert_eq!(percent_decode("%00").as_deref(), Some("\0"));
+        for bad in ["%", "%2", "%zz", "%ff", "%+1"] {
+            assert_eq!(percent_decode(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn query_strings() {
+        let q = Query::parse("status=running&limit=5&x").unwrap();
+        assert_eq!(q.get("status"), Some("running"));
+        assert_eq!(q.get("x"), Some(""));
+        assert_eq!(q.uint("limit", 1, 10).unwrap(), Some(5));
+        assert_eq!(q.uint("nope", 1, 10).unwrap(), None);
+        assert!(invalid(Query::parse("a=1&a=2")).contains("more than once"));
+        assert!(Query::parse("a=%zz").is_err());
+        for v in [
+            "0",
+            "11",
+            "-1",
+            "1.5",
+            "",
+            " 5",
+            "99999999999999999999999",
+            "0x5",
+        ] {
+            let q = Query::parse(&format!("limit={v}")).unwrap();
+            assert!(invalid(q.uint("limit", 1, 10)).contains("limit"), "{v}");
+        }
+        let q = Query::parse("waitSeconds=2.5").unwrap();
+        assert_eq!(q.seconds("waitSeconds", 600.0).unwrap(), Some(2.5));
+        for v in ["-1", "601", "nan", "inf", "x", ""] {
+            let q = Query::parse(&format!("waitSeconds={v}")).unwrap();
+            assert!(
+                invalid(q.seconds("waitSeconds", 600.0)).contains("waitSeconds"),
+                "{v}"
+            );
+        }
+    }
+
+    #[test]
+    fn start_bodies() {
+        let b = start_body(
+            br#"{"command":"echo hi","cwd":"/tmp","env":{"A":"1"},"stdin":"aGk=","encoding":"base64",
+                "secretEnv":{"TOKEN":"s3cret"},"secretFiles":["/x/y"],"timeoutSeconds":5,
+                "idleTimeoutSeconds":1.5,"waitSeconds":0,"unknown":{"deep":[1]}}"#,
+            Some("key-1"),
+        )
+        .unwrap();
+        assert_eq!(b.req.command, "echo hi");
+        assert_eq!(b.req.cwd.as_deref(), Some("/tmp"));
+        assert_eq!(b.req.env["A"], "1");
+        assert_eq!(b.req.stdin.as_deref(), Some(&b"hi"[..]));
+        assert_eq!(b.req.secrets.len(), 1);
+        assert_eq!(b.req.secrets[0].name, "TOKEN");
+        assert_eq!(b.req.timeout_seconds, Some(5.0));
+        assert_eq!(b.req.idle_timeout_seconds, Some(1.5));
+        assert_eq!(b.req.idempotency_key.as_deref(), Some("key-1"));
+        assert_eq!(b.secret_files, vec![PathBuf::from("/x/y")]);
+        assert_eq!(b.wait, Wait::Seconds(0.0));
+
+        let b = start_body(br#"{"command":"x","stdin":"h\u00e9","cwd":null}"#, None).unwrap();
+        assert_eq!(b.req.stdin.as_deref(), Some("hé".as_bytes()));
+        assert_eq!(b.req.cwd, None);
+        assert_eq!(b.wait, Wait::Seconds(DEFAULT_WAIT_SECONDS));
+        let b = start_body(
+            br#"{"command":"x","background":true,"waitSeconds":5}"#,
+            None,
+        )
+        .unwrap();
+        assert_eq!(b.wait, Wait::Background);
+    }
+
+    #[test]
+    fn start_body_errors_name_the_field() {
+        let cases: &[(&str, &str)] = &[
+            ("", "empty"),
+            ("not json", "JSON"),
+            ("[1]", "object"),
+            ("{\"command\":\"x\"", "JSON"),
+            ("{}", "command"),
+            ("{\"command\":null}", "command"),
+            ("{\"command\":5}", "command must be a string"),
+            ("{\"command\":\"x\",\"cwd\":1}", "cwd"),
+            ("{\"command\":\"x\",\"env\":[]}", "env"),
+            ("{\"command\":\"x\",\"env\":{\"A\":1}}", "env.A"),
+            ("{\"command\":\"x\",\"env\":{\"1A\":\"v\"}}", "1A"),
+            ("{\"command\":\"x\",\"env\":{\"A-B\":\"v\"}}", "A-B"),
+            ("{\"command\":\"x\",\"stdin\":5}", "stdin"),
+            (
+                "{\"command\":\"x\",\"encoding\":\"hex\",\"stdin\":\"a\"}",
+                "encoding",
+            ),
+            (
+                "{\"command\":\"x\",\"encoding\":\"base64\",\"stdin\":\"!!\"}",
+                "base64",
+            ),
+            ("{\"command\":\"x\",\"secretEnv\":\"A=b\"}", "secretEnv"),
+            ("{\"command\":\"x\",\"secretEnv\":{\"A\":5}}", "secretEnv"),
+            ("{\"command\":\"x\",\"secretFiles\":\"/a\"}", "secretFiles"),
+            ("{\"command\":\"x\",\"secretFiles\":[1]}", "secretFiles[0]"),
+            (
+                "{\"command\":\"x\",\"timeoutSeconds\":\"5\"}",
+                "timeoutSeconds",
+            ),
+            (
+                "{\"command\":\"x\",\"idleTimeoutSeconds\":true}",
+                "idleTimeoutSeconds",
+            ),
+            ("{\"command\":\"x\",\"waitSeconds\":\"5\"}", "waitSeconds"),
+            ("{\"command\":\"x\",\"waitSeconds\":601}", "waitSeconds"),
+            ("{\"command\":\"x\",\"waitSeconds\":-1}", "waitSeconds"),
+            ("{\"command\":\"x\",\"background\":\"yes\"}", "background"),
+        ];
+        for (body, needle) in cases {
+            let m = invalid(start_body(body.as_bytes(), None));
+            assert!(m.contains(needle), "{body}: {m}");
+        }
+        let deep = "[".repeat(100_000);
+        assert!(invalid(start_body(deep.as_bytes(), None)).contains("JSON"));
+    }
+
+    #[test]
+    fn secret_values_stay_out_of_messages() {
+        let m = invalid(start_body(
+            br#"{"command":"x","secretEnv":{"A":"abc\ndef-secret"}}"#,
+            None,
+        ));
+        assert!(!m.contains("def-secret"), "{m}");
+    }
+
+    #[test]
+    fn base64() {
+        let cases: &[(&str, &[u8])] = &[
+            ("", b""),
+            ("Zg==", b"f"),
+            ("Zg", b"f"),
+            ("Zm8=", b"fo"),
+            ("Zm9v", b"foo"),
+            ("Zm9vYmFy", b"foobar"),
+            ("Zm9v\nYmFy\n", b"foobar"),
+            ("/+8=", &[0xff, 0xef]),
+            ("AAEC", &[0, 1, 2]),
+        ];
+        for (text, want) in cases {
+            assert_eq!(base64_decode(text).as_deref(), Ok(*want), "{text}");
+        }
+        for bad in [
+            "Z", "Zg=", "Zg===", "Z=g=", "Zh==", "Zm9=", "Zm9v!", "Zm-_", "=", "Zm9vY",
+        ] {
+            assert!(base64_decode(bad).is_err(), "{bad}");
+        }
+        // Round trip against a plain encoder over every length up to 64.
+        const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        for len in 0..64u8 {
+            let data: Vec<u8> = (0..len)
+                .map(|i| i.wrapping_mul(37).wrapping_add(11))
+                .collect();
+            let mut enc = String::new();
+            for c in data.chunks(3) {
+                let n = (c[0] as u32) << 16
+                    | (*c.get(1).unwrap_or(&0) as u32) << 8
+                    | *c.get(2).unwrap_or(&0) as u32;
+                for k in 0..=c.len() {
+                    enc.push(A[(n >> (18 - 6 * k) & 63) as usize] as char);
+                }
+                for _ in c.len()..3 {
+                    enc.push('=');
+                }
+            }
+            assert_eq!(base64_decode(&enc).unwrap(), data, "{enc}");
+        }
+    }
+
+    #[test]
+    fn env_bodies() {
+        let b = env_body(br#"{"set":{"A":"1"},"unset":["B"],"replace":true}"#).unwrap();
+        assert_eq!(b.set["A"], "1");
+        assert_eq!(b.unset, vec!["B"]);
+        assert!(b.replace);
+        let b = env_body(b"{}").unwrap();
+        assert!(b.set.is_empty() && b.unset.is_empty() && !b.replace);
+        for (body, needle) in [
+            (r#"{"set":[]}"#, "set"),
+            (r#"{"set":{"A":1}}"#, "set.A"),
+            (r#"{"unset":"A"}"#, "unset"),
+            (r#"{"unset":[1]}"#, "unset[0]"),
+            (r#"{"replace":"true"}"#, "replace"),
+        ] {
+            assert!(
+                invalid(env_body(body.as_bytes())).contains(needle),
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn preview_bodies() {
+        let b = preview_body(br#"{"port":8080}"#, None).unwrap();
+        assert_eq!(
+            (b.port, b.wait_seconds, &b.probe),
+            (8080, 60.0, &Probe::Tcp)
+        );
+        assert!(b.start.is_none());
+        let b = preview_body(
+            br#"{"port":3000,"command":"npm start","cwd":"/app","env":{"PORT":"3000"},
+                "waitSeconds":5,"probe":"http","path":"/health"}"#,
+            Some("k"),
+        )
+        .unwrap();
+        let s = b.start.unwrap();
+        assert_eq!(s.command, "npm start");
+        assert_eq!(s.env["PORT"], "3000");
+        assert_eq!(s.idempotency_key.as_deref(), Some("k"));
+        assert_eq!(
+            b.probe,
+            Probe::Http {
+                path: "/health".into()
+            }
+        );
+        for (body, needle) in [
+            (r#"{}"#, "port"),
+            (r#"{"port":"80"}"#, "port"),
+            (r#"{"port":0}"#, "port"),
+            (r#"{"port":65536}"#, "port"),
+            (r#"{"port":80.5}"#, "port"),
+            (r#"{"port":80,"waitSeconds":61}"#, "waitSeconds"),
+            (r#"{"port":80,"probe":"udp"}"#, "probe"),
+            (r#"{"port":80,"path":"/x"}"#, "path"),
+            (r#"{"port":80,"command":7}"#, "command"),
+            (r#"{"port":80,"cwd":"/"}"#, "cwd"),
+        ] {
+            assert!(
+                invalid(preview_body(body.as_bytes(), None)).contains(needle),
+                "{body}"
+            );
+        }
+    }
+}
