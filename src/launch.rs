@@ -453,6 +453,12 @@ fn spawn_supervisor(store: &Store, id: &JobId, lock: &fs::File) -> Result<JobEve
     match store.read_raw(id) {
         // It recorded why the job failed.
         Ok(r) if r.status != Status::Running => Ok(JobEvents { pipe: None }),
+        // The shell started, then the supervisor died: the job exists, and reading it
+        // settles it as `lost` (sweeping whatever it started).
+        Ok(r) if r.pid.is_some() => {
+            store.load(id)?;
+            Ok(JobEvents { pipe: None })
+        }
         _ => Err(Error::Internal(format!("could not start job {id}: {msg}"))),
     }
 }

@@ -552,7 +552,9 @@ fn foreground_exec_reports_a_lost_supervisor() {
     let child = sb.spawn(c);
     let cli = child.id() as i32;
     // The CLI handles Ctrl-C once the job has started and it follows the output.
-    wait_until(PROMPT, "the job to start", || catches(cli, libc::SIGINT));
+    wait_until(PROMPT, "the job to start", || {
+        catches(cli, libc::SIGINT) && !sb.job_ids().is_empty()
+    });
     let rec = wait_for_supervisor(&sb, &[], false);
     kill_supervisor(&rec);
     let out = sb.finish(child, PROMPT);
@@ -866,7 +868,9 @@ fn killed_cli_leaves_the_job_to_its_timeout() {
     c.stdout(Stdio::null()).stderr(Stdio::null());
     let child = sb.spawn(c);
     let cli = child.id() as i32;
-    wait_until(PROMPT, "the job to start", || catches(cli, libc::SIGINT));
+    wait_until(PROMPT, "the job to start", || {
+        catches(cli, libc::SIGINT) && !sb.job_ids().is_empty()
+    });
     kill(cli, libc::SIGKILL);
     let out = sb.finish(child, PROMPT);
     assert_eq!(out.signal, Some(libc::SIGKILL));
@@ -1004,7 +1008,9 @@ fn cancelled_exec_never_exits_zero() {
     c.stdout(Stdio::piped()).stderr(Stdio::piped());
     let child = sb.spawn(c);
     let cli = child.id() as i32;
-    wait_until(PROMPT, "the job to start", || catches(cli, libc::SIGINT));
+    wait_until(PROMPT, "the job to start", || {
+        catches(cli, libc::SIGINT) && !sb.job_ids().is_empty()
+    });
     let id = sb.job_ids().pop().unwrap();
     wait_until(PROMPT, "the job to be ready", || {
         fs::read_to_string(sb.job_dir(&id).join("output.log")).is_ok_and(|o| o.contains("ready"))

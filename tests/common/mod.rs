@@ -254,6 +254,8 @@ impl Sandbox {
         let mut v: Vec<String> = fs::read_dir(self.home().join("jobs"))
             .map(|d| {
                 d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    // Folders being assembled (`.new-job_…`) are not jobs yet.
+                    .filter(|n| n.starts_with("job_"))
                     .collect()
             })
             .unwrap_or_default();
