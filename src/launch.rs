@@ -82,14 +82,7 @@ pub fn check_seconds(what: &str, v: f64) -> Result<f64> {
 
 /// Checks an environment variable for a job.
 pub fn check_env(name: &str, value: &str) -> Result<()> {
-    let valid = !name.is_empty()
-        && !name.as_bytes()[0].is_ascii_digit()
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-    if !valid {
-        return Err(Error::Invalid(format!(
-            "environment variable name {name:?} is invalid: use letters, digits and _, not starting with a digit"
-        )));
-    }
+    crate::secrets::validate_name(name)?;
     if value.contains('\0') {
         return Err(Error::Invalid(format!(
             "environment variable {name} holds a NUL byte"
