@@ -347,11 +347,13 @@ impl GramIndex {
         }
         // An occurrence is seen at a probe at most `stride - 1` bytes after its start.
         let last = (hay.len() - Q).min(limit + self.stride - 2);
+        // Sliced to `word_mask + 1` words, so the compiler sees `filter[w]` needs no check.
+        let filter = &self.filter[..=self.word_mask];
         let mut j = 0;
         while j <= last {
             let gram = gram_at(hay, j);
             let (w, a, b) = slot(gram, self.word_mask);
-            let word = self.filter[w];
+            let word = filter[w];
             // Two branches: the second is reached only on the rare probes that pass the
             // first, so most probes cost a single well-predicted one.
             if word & 1 << a != 0 && word & 1 << b != 0 {
