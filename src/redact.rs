@@ -51,13 +51,13 @@
 //!
 //! The probe filter is a blocked Bloom filter: each indexed gram sets two bits, both in one
 //! 64-bit word chosen by the same hash, with about 128 bits per gram. A probe loads one
-//! word and tests one bit; only if it is set (a percent or so of probes on log text) is
-//! the second bit tested, and only if both are (well under 0.1%) are the grams of that word
-//! compared whole, from a list grouped by word, before the patterns themselves. Real gram
-//! matches are rarer still: encoded forms add grams, but on lower-case log words under
-//! 0.02% of probes find one. With a single bit per gram, 1–2% of probes passed falsely
-//! (skewed by a text's few frequent grams), and each paid a binary search over all grams:
-//! together about as much time as the probing itself.
+//! word and tests one bit; only if it is set (0.2–2% of probes on the benchmark's log
+//! texts) is the second bit tested, and only if both are (0.1% at most) are the grams of
+//! that word compared whole, from a list grouped by word, before the patterns themselves.
+//! Real gram matches are rarer still: encoded forms add grams, but on lower-case log words
+//! at most 0.04% of probes find one. With a single bit per gram, 1–2% of probes passed
+//! falsely (skewed by a text's few frequent grams), and each paid a binary search over all
+//! grams: together about as much time as the probing itself.
 //!
 //! The few shorter patterns would force a probe at every byte, so they are searched with
 //! Aho–Corasick instead (overlapping search, which reports every occurrence), whose
@@ -309,8 +309,8 @@ impl GramIndex {
         let min_len = patterns.iter().map(Vec::len).min().unwrap_or(Q);
         let stride = min_len + 1 - Q;
         let count = patterns.len() * stride;
-        // 128 bits per gram, so 1 bit in 64 is set: a probe passes the first test about 1
-        // time in 64 and both well under 1 in 1000. 2^16 words (512 KiB) at most.
+        // 128 bits per gram, so about 1 bit in 64 is set: a random probe passes the first
+        // test 1 time in 64 and both about 1 in 4000. 2^16 words (512 KiB) at most.
         let words = (count * 2).next_power_of_two().clamp(1 << 6, 1 << 16);
         let word_mask = words - 1;
         let mut entries = Vec::with_capacity(count);
