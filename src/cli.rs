@@ -157,6 +157,15 @@ pub fn main() -> i32 {
     if let Cmd::Supervise { root, id } = &cli.cmd {
         return crate::supervise::main(root, id);
     }
+    if matches!(
+        cli.cmd,
+        Cmd::Status { .. } | Cmd::Logs { .. } | Cmd::Prune { .. }
+    ) {
+        // `status | head` should end quietly, as other Unix tools do, not panic in
+        // println!. (`exec` keeps SIGPIPE ignored: a closed reader cancels its job.)
+        // SAFETY: resetting one signal's disposition before any thread starts.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     match run(cli.cmd) {
         Ok(code) => code,
         Err(e) => {

@@ -146,6 +146,9 @@ pub struct JobRecord {
     pub boot_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
+    /// The job's cgroup folder, where it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
     /// Seconds between TERM and KILL for this job.
     #[serde(default)]
     pub grace_seconds: Option<f64>,

@@ -19,6 +19,10 @@ use crate::secrets::SecretVar;
 use crate::store::{self, Store};
 use crate::supervise::{LOCK_FD, Spec};
 
+/// In a job's secrets file, the line holding the real command (a JSON string) when it
+/// differs from the masked one; a `#` line, so the secrets parser skips it.
+pub const COMMAND_LINE: &str = "#command=";
+
 /// Timeouts above this many seconds are refused as absurd (a unit mistake), not clamped.
 pub const ABSURD_SECONDS: f64 = 1e9;
 
@@ -227,7 +231,7 @@ pub fn start_watched(
                 }
                 Ok(r) if r.status != Status::Running => {}
                 _ => {
-                    crate::proc::sweep_job(id.as_str());
+                    crate::proc::sweep_job(id.as_str(), None);
                     let _ = fs::remove_dir_all(&dir);
                 }
             }
@@ -277,8 +281,10 @@ fn create_and_spawn(
     let masked = Redactor::new(&values).redact_str(&req.command);
     let mut env = persisted_env.clone();
     env.extend(req.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    // The spec may hold only the masked command: the real one, when it spells out a secret
+    // value, lives in the job's secrets file, the one file allowed to hold values.
     let spec = Spec {
-        command: req.command.clone(),
+        command: masked.clone(),
         cwd: cwd.clone(),
         env,
         timeout_seconds: timeout,
@@ -301,11 +307,15 @@ fn create_and_spawn(
     private(store::SPEC, &serde_json::to_vec(&spec).unwrap_or_default())
         .map_err(io("spec.json"))?;
     if !req.secrets.is_empty() {
-        private(
-            store::SECRETS,
-            crate::secrets::serialize(&req.secrets).as_bytes(),
-        )
-        .map_err(io("secrets file"))?;
+        let mut text = String::new();
+        if masked != req.command {
+            text = format!(
+                "{COMMAND_LINE}{}\n",
+                serde_json::Value::from(req.command.as_str())
+            );
+        }
+        text.push_str(&crate::secrets::serialize(&req.secrets));
+        private(store::SECRETS, text.as_bytes()).map_err(io("secrets file"))?;
     }
     if let Some(stdin) = &req.stdin {
         private(store::STDIN, stdin).map_err(io("stdin"))?;
@@ -334,6 +344,7 @@ fn create_and_spawn(
         boot_id: Some(crate::sandbox::boot_id()).filter(|b| !b.is_empty()),
         idempotency_key: req.idempotency_key.clone(),
         grace_seconds: Some(cfg.grace_seconds),
+        cgroup: None,
         extra: Default::default(),
     };
     let data = serde_json::to_vec_pretty(&rec).unwrap_or_default();
@@ -348,7 +359,8 @@ fn create_and_spawn(
 
     let events = spawn_supervisor(store, id, &lock)?;
     drop(lock);
-    Ok((store.read_raw(id)?, events))
+    // Settles the job at once if its supervisor already died (the lock is free now).
+    Ok((store.load(id)?, events))
 }
 
 /// The supervisor's change channel for a job this process started: readable when output
@@ -448,10 +460,7 @@ fn spawn_supervisor(store: &Store, id: &JobId, lock: &fs::File) -> Result<JobEve
         Ok(r) if r.status != Status::Running => Ok(JobEvents { pipe: None }),
         // The shell started, then the supervisor died: the job exists, and reading it
         // settles it as `lost` (sweeping whatever it started).
-        Ok(r) if r.pid.is_some() => {
-            store.load(id)?;
-            Ok(JobEvents { pipe: None })
-        }
+        Ok(r) if r.pid.is_some() => Ok(JobEvents { pipe: None }),
         _ => Err(Error::Internal(format!("could not start job {id}: {msg}"))),
     }
 }

@@ -248,6 +248,23 @@ impl JobCgroup {
             .unwrap_or_default()
     }
 
+    /// True if `pid` is in this cgroup now.
+    pub fn holds(&self, pid: i32) -> bool {
+        let Ok(text) = fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+            return false;
+        };
+        text.lines()
+            .filter_map(|l| l.strip_prefix("0::"))
+            .any(|rel| self.path.ends_with(rel.trim_start_matches('/')))
+    }
+
+    /// The cgroup at a path recorded in a job's record, if it still exists.
+    pub fn at(path: &Path) -> Option<JobCgroup> {
+        path.join("cgroup.procs").exists().then(|| JobCgroup {
+            path: path.to_path_buf(),
+        })
+    }
+
     /// Kills every process in the cgroup at once.
     pub fn kill_all(&self) -> bool {
         fs::write(self.path.join("cgroup.kill"), "1").is_ok()
@@ -279,9 +296,13 @@ impl JobCgroup {
 
 /// Ends every process of a job whose supervisor is gone: its cgroup, and every process
 /// that carries the job's marker in its environment. Returns how many were signalled.
-pub fn sweep_job(job_id: &str) -> usize {
+pub fn sweep_job(job_id: &str, recorded_cgroup: Option<&Path>) -> usize {
     let mut n = 0;
-    if let Some(cg) = JobCgroup::existing(job_id) {
+    // The supervisor's own cgroup path, as recorded, beats one derived from the reader's.
+    let cg = recorded_cgroup
+        .and_then(JobCgroup::at)
+        .or_else(|| JobCgroup::existing(job_id));
+    if let Some(cg) = cg {
         n += cg.pids().len();
         cg.kill_all();
         cg.remove_when_empty(std::time::Duration::from_secs(2));

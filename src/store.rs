@@ -188,10 +188,17 @@ impl Store {
         };
         let lock_path = self.job_dir(id).join(LOCK);
         // Read-only: a writable open would wake every inotify watcher of the folder.
-        let lock = File::open(&lock_path);
-        if !stale_boot && lock.as_ref().is_ok_and(|l| l.try_lock().is_err()) {
-            return Ok(rec); // the supervisor holds it: really running
-        }
+        // The lock decides; the boot id only names the reason. A lock we cannot even open
+        // (out of fds, say) proves nothing, so the job stays as recorded.
+        let _lock = match File::open(&lock_path) {
+            Ok(l) => match l.try_lock() {
+                Ok(()) => Some(l),
+                Err(std::fs::TryLockError::WouldBlock) => return Ok(rec), // really running
+                Err(_) => return Ok(rec),
+            },
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(_) => return Ok(rec),
+        };
         // Re-read under the lock: the supervisor may have written its final record just
         // before it exited.
         rec = self.read_raw(id)?;
@@ -199,7 +206,7 @@ impl Store {
             return Ok(rec);
         }
         if !stale_boot {
-            crate::proc::sweep_job(id.as_str());
+            crate::proc::sweep_job(id.as_str(), rec.cgroup.as_deref().map(Path::new));
         }
         for f in [SECRETS, SPEC, STDIN, RESERVE] {
             let _ = fs::remove_file(self.job_dir(id).join(f));
@@ -278,6 +285,31 @@ impl Store {
             }
         }
         removed.reverse();
+        // Idempotency keys of jobs that are gone (their lock files once the key is an hour
+        // old): a retry after that starts a new job, as it would after pruning.
+        if let Ok(dir) = fs::read_dir(self.root.join("idempotency")) {
+            for e in dir.flatten() {
+                let path = e.path();
+                let old = e
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| now.duration_since(t).ok());
+                let gone = match path.extension() {
+                    Some(x) if x == "lock" => {
+                        old.is_some_and(|a| a > Duration::from_secs(3600))
+                            && !path.with_extension("").exists()
+                    }
+                    _ => fs::read_to_string(&path)
+                        .ok()
+                        .and_then(|t| t.lines().next().and_then(JobId::parse))
+                        .is_none_or(|id| !self.job_dir(&id).exists()),
+                };
+                if gone {
+                    let _ = fs::remove_file(&path);
+                }
+            }
+        }
         // Folders of starts that died half-way (see launch::staging_dir) hold nothing
         // anyone can read; clear them once they are clearly abandoned.
         if let Ok(dir) = fs::read_dir(self.jobs_dir()) {

@@ -150,7 +150,12 @@ fn set_cloexec(f: &impl AsRawFd) -> io::Result<()> {
 /// Records a job that could not be started at all.
 fn fail_record(store: &Store, id: &JobId, msg: &str) {
     if let Ok(mut rec) = store.read_raw(id) {
-        let _ = fs::remove_file(store.job_dir(id).join(store::SECRETS));
+        for f in [store::SECRETS, store::SPEC, store::STDIN, RESERVE] {
+            let _ = fs::remove_file(store.job_dir(id).join(f));
+        }
+        if let Some(cg) = JobCgroup::existing(id.as_str()) {
+            cg.remove();
+        }
         rec.status = Status::Failed;
         rec.reason = Some(format!("the agent could not start the job: {msg}"));
         rec.ended_at = Some(crate::timefmt::now());
@@ -185,8 +190,19 @@ impl Supervisor {
             &fs::read(dir.join(store::SPEC)).map_err(|e| format!("spec.json: {e}"))?,
         )
         .map_err(|e| format!("spec.json: {e}"))?;
+        let mut spec = spec;
         let secrets = match fs::read_to_string(dir.join(store::SECRETS)) {
-            Ok(t) => crate::secrets::parse(&t).map_err(|e| format!("secrets file: {e}"))?,
+            Ok(t) => {
+                if let Some(raw) = t
+                    .lines()
+                    .next()
+                    .and_then(|l| l.strip_prefix(crate::launch::COMMAND_LINE))
+                {
+                    spec.command =
+                        serde_json::from_str(raw).map_err(|e| format!("secrets file: {e}"))?;
+                }
+                crate::secrets::parse(&t).map_err(|e| format!("secrets file: {e}"))?
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(format!("secrets file: {e}")),
         };
@@ -301,9 +317,18 @@ impl Supervisor {
         rec.started_at = Some(crate::timefmt::now());
         rec.supervisor_pid = Some(me);
         rec.supervisor_start = proc::stat(me).map(|s| s.start);
-        store
-            .write_record(&rec)
-            .map_err(|e| format!("job.json: {e}"))?;
+        rec.cgroup = cgroup
+            .as_ref()
+            .map(|c| c.path().to_string_lossy().into_owned());
+        if let Err(e) = store.write_record(&rec) {
+            // Without a record nobody could cancel or see the job: end it at once.
+            let _ = nix::sys::signal::killpg(Pid::from_raw(shell), Signal::SIGKILL);
+            if let Some(cg) = &cgroup {
+                cg.kill_all();
+            }
+            let _ = waitpid(Pid::from_raw(shell), None);
+            return Err(format!("job.json: {e}"));
+        }
         Ok(Supervisor {
             store: store.clone(),
             id: id.clone(),
@@ -333,6 +358,7 @@ impl Supervisor {
         let mut shell_status: Option<WaitStatus> = None;
         let mut ending: Option<(End, Instant)> = None;
         let mut killed = false;
+        let mut last_kill = started;
         let mut buf = vec![0u8; 256 * 1024];
         let mut out = Vec::with_capacity(256 * 1024);
 
@@ -351,6 +377,11 @@ impl Supervisor {
             if let Some((_, since)) = ending {
                 if !killed && now >= since + grace {
                     killed = true;
+                    last_kill = now;
+                    self.signal_all(Signal::SIGKILL);
+                } else if killed && now >= last_kill + Duration::from_millis(200) {
+                    // Whatever survived (forked meanwhile, re-parented late) gets KILL again.
+                    last_kill = now;
                     self.signal_all(Signal::SIGKILL);
                 }
                 if shell_status.is_some() && !self.any_alive() {
@@ -546,9 +577,15 @@ impl Supervisor {
                     cg.kill_all();
                 } else {
                     for pid in cg.pids() {
-                        if let Some(st) = proc::stat(pid) {
-                            proc::signal_verified(pid, st.start, sig);
-                            proc::signal_verified(pid, st.start, Signal::SIGCONT);
+                        // Pin the process first, then check it still is in the job's
+                        // cgroup: a pid read from cgroup.procs may have been reused.
+                        let Some(st) = proc::stat(pid) else { continue };
+                        let Some(fd) = proc::Pidfd::open(pid, st.start) else {
+                            continue;
+                        };
+                        if cg.holds(pid) {
+                            fd.signal(sig);
+                            fd.signal(Signal::SIGCONT);
                         }
                     }
                 }

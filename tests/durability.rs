@@ -93,6 +93,14 @@ fn a_changed_boot_id_marks_running_jobs_lost() {
     assert_eq!(rec["status"], "running");
     assert_eq!(rec["bootId"], "boot-a");
     let id = rec["id"].as_str().unwrap();
+    // A restore brings back the files, not the processes: the supervisor is gone.
+    let sup = rec["supervisorPid"].as_i64().unwrap() as i32;
+    // SAFETY: plain kill(2) of the supervisor this test started.
+    unsafe { libc::kill(sup, libc::SIGKILL) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::path::Path::new(&format!("/proc/{sup}")).exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     std::fs::write(&boot, "boot-b\n").unwrap();
     let out = h
         .cmd(&["status", id, "--json"])
@@ -106,6 +114,34 @@ fn a_changed_boot_id_marks_running_jobs_lost() {
         "{v}"
     );
     assert!(v["endedAt"].is_string());
+}
+
+#[test]
+fn a_changed_boot_id_does_not_end_a_job_whose_supervisor_lives() {
+    // A checkpoint/restore that keeps the processes: the lock decides, not the boot id.
+    let h = Home::new();
+    let boot = h.dir.path().join("boot_id");
+    std::fs::write(&boot, "boot-a\n").unwrap();
+    let out = h
+        .cmd(&["exec", "--wait", "0", "--json", "--", "sleep 1; echo done"])
+        .env("GITTERM_BOOT_ID_FILE", &boot)
+        .output()
+        .unwrap();
+    let id = serde_json::from_slice::<Value>(&out.stdout).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    std::fs::write(&boot, "boot-b\n").unwrap();
+    let out = h
+        .cmd(&["status", &id, "--json"])
+        .env("GITTERM_BOOT_ID_FILE", &boot)
+        .output()
+        .unwrap();
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()["status"],
+        "running"
+    );
+    assert_eq!(h.wait_status(&id, "succeeded")["output"], "done\n");
 }
 
 #[test]
@@ -307,4 +343,57 @@ fn a_killed_cli_loses_nothing() {
     let v = h.wait_status(&id, "succeeded");
     assert_eq!(v["status"], "succeeded");
     assert_eq!(v["output"], "done\n");
+}
+
+/// Every file under `dir` but the job's own secrets file, with its content.
+fn files_outside_secrets(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files_outside_secrets(&p));
+        } else if p.file_name().is_some_and(|n| n != "secrets.env") {
+            out.push((p.clone(), std::fs::read(&p).unwrap_or_default()));
+        }
+    }
+    out
+}
+
+#[test]
+fn a_secret_spelled_out_in_the_command_reaches_no_file_but_the_secrets_file() {
+    let h = Home::new();
+    let secrets = h.dir.path().join("s.env");
+    std::fs::write(&secrets, "TOKEN_Q=literal-secret-987\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let rec = h.json(&[
+        "exec",
+        "--wait",
+        "0",
+        "--json",
+        "--secret-file",
+        secrets.to_str().unwrap(),
+        "--",
+        "echo literal-secret-987; sleep 1; echo \"$TOKEN_Q\"",
+    ]);
+    let id = rec["id"].as_str().unwrap();
+    assert!(!rec.to_string().contains("literal-secret-987"), "{rec}");
+    // While it runs, and after it ended, only the secrets file may hold the value.
+    for (path, data) in files_outside_secrets(&h.root()) {
+        assert!(
+            !String::from_utf8_lossy(&data).contains("literal-secret-987"),
+            "{}",
+            path.display()
+        );
+    }
+    let v = h.wait_status(id, "succeeded");
+    assert_eq!(v["output"], "[redacted]\n[redacted]\n");
+    assert!(!h.root().join("jobs").join(id).join("secrets.env").exists());
+    for (path, data) in files_outside_secrets(&h.root()) {
+        assert!(
+            !String::from_utf8_lossy(&data).contains("literal-secret-987"),
+            "{}",
+            path.display()
+        );
+    }
 }

@@ -2,8 +2,8 @@
 //!
 //! Order of checks for each request: `GET /v1/health` needs nothing; everything else is
 //! authenticated first (so an unauthenticated client learns nothing, not even which routes
-//! exist), then routed (unknown path: 404 `not_found`; known path, wrong method: 405 with
-//! code `invalid` and an `Allow` header), then the scoped token's limits apply (403
+//! exist), then routed (unknown path: 404 `not_found`; known path, wrong method: 400
+//! `invalid` with an `Allow` header), then the scoped token's limits apply (403
 //! `forbidden`), and only then is the body read.
 
 use std::collections::BTreeMap;
@@ -187,7 +187,7 @@ impl App {
                     ))
                     .into(),
                 );
-                resp.status = 405;
+                resp.status = 400;
                 resp.headers.push(("Allow", allowed.join(", ")));
                 return Err(resp);
             }
@@ -601,8 +601,8 @@ impl Handler for App {
         let (status, err) = match fault {
             Fault::Malformed(m) => (400, Error::Invalid(format!("malformed request: {m}"))),
             Fault::TooLarge(m) => (413, Error::TooLarge(m.clone())),
-            // 408, not the contract's 504: the client was slow, not the agent.
-            Fault::TooSlow(m) => (408, Error::Timeout(m.clone())),
+            // The contract ties `timeout` to 504, whoever was slow.
+            Fault::TooSlow(m) => (504, Error::Timeout(m.clone())),
             Fault::Busy(m) => (429, Error::RateLimited(m.clone())),
             Fault::Panic => (
                 500,
