@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 
 def pct(xs, p):
@@ -72,6 +73,24 @@ def main():
         env = dict(os.environ, GITTERM_HOME=root)
         print(f"status over {nrec} records:        {time_cmd([exe, 'status'], env):.0f} ms (median of 5)")
         print(f"status --json over {nrec} records: {time_cmd([exe, 'status', '--json'], env):.0f} ms (median of 5)")
+
+        srv = subprocess.Popen([exe, "serve", "--listen", "127.0.0.1:0"], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            addr = json.loads(srv.stderr.readline())["address"]
+            token = open(os.path.join(root, "agent.token")).read().strip()
+            ts = []
+            for _ in range(5):
+                req = urllib.request.Request(f"http://{addr}/v1/jobs?limit={nrec}",
+                                             headers={"Authorization": f"Bearer {token}"})
+                t = time.perf_counter()
+                with urllib.request.urlopen(req, timeout=60) as r:
+                    n = len(json.loads(r.read())["jobs"])
+                ts.append((time.perf_counter() - t) * 1000)
+            print(f"GET /v1/jobs over {nrec} records ({n} listed): {statistics.median(ts):.0f} ms (median of 5)")
+        finally:
+            srv.terminate()
+            srv.wait(10)
 
         root = os.path.join(top, "jobs")
         env = dict(os.environ, GITTERM_HOME=root)
