@@ -227,15 +227,22 @@ def main():
             elif j.get("endedAt") is None:
                 fail(f"record {jid} ended without endedAt")
         # No secret anywhere under the state root.
+        # Every secret starts with "sk-" and has a fixed length: find each "sk-" once and
+        # look the candidate up, so the scan is linear in the bytes stored.
         leaked = 0
+        wanted = {s.encode() for s in secrets_seen}
+        slen = len(secrets_seen[0]) if secrets_seen else 0
         for d, _, files in os.walk(root):
             for f in files:
                 with open(os.path.join(d, f), "rb") as fh:
                     data = fh.read()
-                for s in secrets_seen:
-                    if s.encode() in data:
+                at = data.find(b"sk-")
+                while at != -1:
+                    if data[at:at + slen] in wanted:
                         leaked += 1
                         fail(f"secret found in {os.path.join(d, f)}")
+                        break
+                    at = data.find(b"sk-", at + 1)
         alive = job_processes(set(ids) | set(by_id))
         if alive:
             fail(f"{len(alive)} job processes still alive: {alive[:10]}")

@@ -397,3 +397,121 @@ fn a_secret_spelled_out_in_the_command_reaches_no_file_but_the_secrets_file() {
         );
     }
 }
+
+/// Writes a finished or running record by hand, as an earlier boot would have left it.
+fn plant_record(root: &Path, id: &str, status: &str, ended: &str, boot: &str) {
+    let dir = root.join("jobs").join(id);
+    std::fs::create_dir_all(&dir).unwrap();
+    let rec = serde_json::json!({
+        "formatVersion": 1, "id": id, "command": "true", "cwd": "/", "status": status,
+        "exitCode": if status == "running" { Value::Null } else { 0.into() }, "signal": null,
+        "createdAt": ended, "startedAt": ended,
+        "endedAt": if status == "running" { Value::Null } else { ended.into() },
+        "timeoutSeconds": 60, "pid": 999_999, "pgid": 999_999, "outputBytes": 0, "bootId": boot,
+    });
+    std::fs::write(dir.join("job.json"), rec.to_string()).unwrap();
+    std::fs::write(dir.join("lock"), "").unwrap();
+}
+
+#[test]
+fn serve_after_a_restore_says_resumed_settles_old_jobs_and_prunes() {
+    let h = Home::new();
+    let root = h.root();
+    std::fs::create_dir_all(root.join("jobs")).unwrap();
+    std::fs::write(
+        root.join("sandbox.json"),
+        r#"{"bootId":"boot-before-the-snapshot"}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("env.json"),
+        r#"{"formatVersion":1,"vars":{"KEPT":"yes"}}"#,
+    )
+    .unwrap();
+    let running = "job_aaaaaaaaaaaaaaaaaaa1";
+    plant_record(
+        &root,
+        running,
+        "running",
+        "2026-11-01T00:00:00.000Z",
+        "boot-before-the-snapshot",
+    );
+    for (i, day) in ["01", "02", "03"].iter().enumerate() {
+        plant_record(
+            &root,
+            &format!("job_bbbbbbbbbbbbbbbbbbb{i}"),
+            "succeeded",
+            &format!("2026-11-{day}T00:00:00.000Z"),
+            "boot-before-the-snapshot",
+        );
+    }
+    let mut srv = h
+        .cmd(&[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--keep-jobs",
+            "2",
+            "--keep-days",
+            "3650",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(srv.stderr.take().unwrap()));
+    let _srv = Kill(srv);
+    let first: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(first["resumed"], true);
+    let addr = first["address"].as_str().unwrap().to_string();
+    let token = std::fs::read_to_string(root.join("agent.token")).unwrap();
+    let get = |path: &str| -> Value {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n", token.trim()).unwrap();
+        let mut resp = String::new();
+        s.read_to_string(&mut resp).unwrap();
+        serde_json::from_str(resp.split_once("\r\n\r\n").unwrap().1).unwrap()
+    };
+    let sb = get("/v1/sandbox");
+    assert_eq!(sb["resumed"], true);
+    assert_eq!(
+        sb["envNames"],
+        serde_json::json!(["KEPT"]),
+        "the persisted env survives"
+    );
+    // The rescan settles the old boot's running job (now the newest ended one), and pruning
+    // keeps it and the newest of the others.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let jobs = get("/v1/jobs");
+        let list = jobs["jobs"].as_array().unwrap().clone();
+        let lost = list.iter().find(|j| j["id"] == running).cloned();
+        let ended = list.iter().filter(|j| j["status"] == "succeeded").count();
+        if lost.as_ref().is_some_and(|j| j["status"] == "lost") && ended == 1 {
+            assert!(
+                lost.unwrap()["reason"]
+                    .as_str()
+                    .unwrap()
+                    .contains("sandbox restarted")
+            );
+            assert_eq!(
+                list.iter()
+                    .filter(|j| j["status"] == "succeeded")
+                    .next()
+                    .unwrap()["id"],
+                "job_bbbbbbbbbbbbbbbbbbb2"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "{jobs}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -58,6 +58,31 @@ pub struct ServeArgs {
     pub body_timeout: String,
     #[command(flatten)]
     pub limits: crate::cli::LimitArgs,
+    /// Keep at most this many ended jobs (pruned at start and every 10 minutes)
+    #[arg(long, value_name = "N", default_value = "1000")]
+    pub keep_jobs: usize,
+    /// Prune ended jobs older than this many days
+    #[arg(long, value_name = "D", default_value = "7")]
+    pub keep_days: f64,
+}
+
+/// Settles every record at start (a resumed sandbox's `running` jobs become `lost` at
+/// once, not on first read), then prunes ended jobs now and every ten minutes.
+fn start_housekeeping(store: Store, keep_jobs: usize, keep_for: Duration) {
+    let _ = std::thread::Builder::new()
+        .name("housekeeping".into())
+        .stack_size(256 << 10)
+        .spawn(move || {
+            let settled = store.list().len();
+            log(serde_json::json!({"event": "rescan", "jobs": settled}));
+            loop {
+                let removed = store.prune(keep_jobs, keep_for);
+                if !removed.is_empty() {
+                    log(serde_json::json!({"event": "prune", "removed": removed.len()}));
+                }
+                std::thread::sleep(Duration::from_secs(600));
+            }
+        });
 }
 
 /// Runs the server until SIGTERM/SIGINT.
@@ -79,6 +104,12 @@ pub fn serve_main(args: ServeArgs) -> Result<i32> {
         args.token_file.as_deref(),
         args.scoped_token_file.as_deref(),
     )?;
+    if !args.keep_days.is_finite() || args.keep_days < 0.0 {
+        return Err(Error::Invalid(format!(
+            "--keep-days must be 0 or more, got {}",
+            args.keep_days
+        )));
+    }
     let sandbox = crate::sandbox::record_start(store.root())?;
     let listener = bind(&args.listen)?;
 
@@ -111,6 +142,11 @@ pub fn serve_main(args: ServeArgs) -> Result<i32> {
             "listening beyond loopback: plain HTTP, the token is the only guard".into();
     }
     log(listening);
+    start_housekeeping(
+        store.clone(),
+        args.keep_jobs,
+        Duration::from_secs_f64(args.keep_days * 86_400.0),
+    );
     // A handler's panic becomes a 500 for its request; its message goes to the log as
     // one JSON line like everything else.
     std::panic::set_hook(Box::new(|info| {
