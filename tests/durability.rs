@@ -503,10 +503,7 @@ fn serve_after_a_restore_says_resumed_settles_old_jobs_and_prunes() {
                     .contains("sandbox restarted")
             );
             assert_eq!(
-                list.iter()
-                    .filter(|j| j["status"] == "succeeded")
-                    .next()
-                    .unwrap()["id"],
+                list.iter().find(|j| j["status"] == "succeeded").unwrap()["id"],
                 "job_bbbbbbbbbbbbbbbbbbb2"
             );
             break;
