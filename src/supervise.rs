@@ -92,7 +92,7 @@ pub fn main(root: &Path, id: &str) -> i32 {
     let code = match Supervisor::start(&store, &id) {
         Ok(mut s) => {
             ready_line("ok");
-            s.events = events_pipe();
+            s.sink.set_events(events_pipe());
             detach_stdio();
             s.run();
             0
@@ -174,12 +174,8 @@ struct Supervisor {
     cgroup: Option<JobCgroup>,
     sigfd: SignalFd,
     pipe: Option<OwnedFd>,
-    out: File,
+    sink: Sink,
     pipeline: Pipeline,
-    written: u64,
-    dropped: u64,
-    write_error: Option<String>,
-    events: Option<File>,
 }
 
 impl Supervisor {
@@ -329,6 +325,7 @@ impl Supervisor {
             let _ = waitpid(Pid::from_raw(shell), None);
             return Err(format!("job.json: {e}"));
         }
+        let cap = spec.max_output_bytes;
         Ok(Supervisor {
             store: store.clone(),
             id: id.clone(),
@@ -339,12 +336,15 @@ impl Supervisor {
             cgroup,
             sigfd,
             pipe: Some(OwnedFd::from(reader)),
-            out,
+            sink: Sink::Inline(Output {
+                out,
+                cap,
+                written: 0,
+                dropped: 0,
+                write_error: None,
+                events: None,
+            }),
             pipeline,
-            written: 0,
-            dropped: 0,
-            write_error: None,
-            events: None,
         })
     }
 
@@ -359,8 +359,8 @@ impl Supervisor {
         let mut ending: Option<(End, Instant)> = None;
         let mut killed = false;
         let mut last_kill = started;
-        let mut buf = vec![0u8; 256 * 1024];
-        let mut out = Vec::with_capacity(256 * 1024);
+        let mut buf = vec![0u8; CHUNK];
+        self.sink = std::mem::replace(&mut self.sink, Sink::Moved).threaded();
 
         loop {
             let now = Instant::now();
@@ -422,7 +422,7 @@ impl Supervisor {
                 }
             };
             if pipe_ready {
-                match self.read_pipe(&mut buf, &mut out) {
+                match self.read_pipe(&mut buf) {
                     Some(0) => self.pipe = None,
                     Some(_) => last_output = Instant::now(),
                     None => {}
@@ -454,13 +454,14 @@ impl Supervisor {
         }
         // Everything is dead: whatever is still in the pipe has no writer left.
         while self.pipe.is_some() {
-            if !matches!(self.read_pipe(&mut buf, &mut out), Some(n) if n > 0) {
+            if !matches!(self.read_pipe(&mut buf), Some(n) if n > 0) {
                 break;
             }
         }
-        out.clear();
-        self.pipeline.finish(&mut out);
-        self.store_output(&out);
+        let mut tail = self.sink.buffer();
+        self.pipeline.finish(&mut tail);
+        self.sink.store(tail);
+        self.sink = std::mem::replace(&mut self.sink, Sink::Moved).joined();
         self.finish(
             shell_status,
             ending.map(|e| e.0).unwrap_or(End::ShellExited),
@@ -468,7 +469,7 @@ impl Supervisor {
     }
 
     /// Reads once from the pipe; `Some(0)` at EOF, `None` when nothing was there.
-    fn read_pipe(&mut self, buf: &mut [u8], out: &mut Vec<u8>) -> Option<usize> {
+    fn read_pipe(&mut self, buf: &mut [u8]) -> Option<usize> {
         let pipe = self.pipe.as_ref()?;
         // SAFETY: reading into a buffer we own from an fd we own.
         let n = unsafe { libc::read(pipe.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
@@ -484,52 +485,11 @@ impl Supervisor {
         }
         let n = n as usize;
         if n > 0 {
-            out.clear();
-            self.pipeline.feed(&buf[..n], out);
-            let data = std::mem::take(out);
-            self.store_output(&data);
-            *out = data;
+            let mut chunk = self.sink.buffer();
+            self.pipeline.feed(&buf[..n], &mut chunk);
+            self.sink.store(chunk);
         }
         Some(n)
-    }
-
-    /// Appends sanitized output, honouring the cap and surviving a full disk.
-    fn store_output(&mut self, data: &[u8]) {
-        if data.is_empty() {
-            return;
-        }
-        if self.write_error.is_some() {
-            self.dropped += data.len() as u64;
-            return;
-        }
-        let room = self.spec.max_output_bytes.saturating_sub(self.written);
-        let mut take = data.len().min(room as usize);
-        if take < data.len() {
-            // Never store half a character.
-            while take > 0 && data[take] & 0xC0 == 0x80 {
-                take -= 1;
-            }
-        }
-        if take > 0 {
-            if let Err(e) = self.out.write_all(&data[..take]) {
-                self.write_error = Some(format!("output could not be stored: {e}"));
-                self.dropped += data.len() as u64;
-                return;
-            }
-            self.written += take as u64;
-            self.notify();
-        }
-        self.dropped += (data.len() - take) as u64;
-    }
-
-    /// Tells the launcher (if it still listens) that output arrived; never blocks.
-    fn notify(&mut self) {
-        if let Some(ev) = &mut self.events
-            && let Err(e) = ev.write(b".")
-            && e.kind() != io::ErrorKind::WouldBlock
-        {
-            self.events = None;
-        }
     }
 
     fn reap(&mut self, shell_status: &mut Option<WaitStatus>) {
@@ -599,7 +559,20 @@ impl Supervisor {
 
     fn finish(&mut self, shell: Option<WaitStatus>, end: End) {
         let dir = self.store.job_dir(&self.id);
-        let _ = self.out.sync_data();
+        // output.log is not fsynced: a crash of any process loses nothing (the page cache
+        // has it), and a flush of a large log at every job's end would dominate the cost of
+        // capture. The record, which says how the job ended, is durable.
+        let (written, dropped, write_error) = match &self.sink {
+            Sink::Inline(st) => (st.written, st.dropped, st.write_error.clone()),
+            // The writer thread died: what it stored is on disk, the rest is unknown.
+            _ => (
+                fs::metadata(dir.join(store::OUTPUT))
+                    .map(|m| m.len())
+                    .unwrap_or(0),
+                1,
+                Some("the output writer failed; later output was not stored".to_string()),
+            ),
+        };
         let _ = fs::remove_file(dir.join(store::SECRETS));
         let _ = fs::remove_file(dir.join(store::STDIN));
         let _ = fs::remove_file(dir.join(store::SPEC));
@@ -633,16 +606,16 @@ impl Supervisor {
             }
             End::ShellExited => {}
         }
-        if self.dropped > 0 {
+        if dropped > 0 {
             rec.output_truncated = true;
-            rec.output_dropped_bytes = self.dropped;
-            reasons.push(match &self.write_error {
+            rec.output_dropped_bytes = dropped;
+            reasons.push(match &write_error {
                 Some(e) => e.clone(),
                 None => format!("output cap of {} bytes reached", self.spec.max_output_bytes),
             });
         }
         rec.reason = (!reasons.is_empty()).then(|| reasons.join("; "));
-        rec.output_bytes = self.written;
+        rec.output_bytes = written;
         rec.ended_at = Some(crate::timefmt::now());
         // Before the final record: whoever sees the job ended must not then be refused a
         // new start because this one still counts as running.
@@ -655,7 +628,7 @@ impl Supervisor {
             }
             std::thread::sleep(Duration::from_millis(50 << attempt));
         }
-        self.events = None;
+        self.sink.set_events(None);
         // Removing a cgroup can take milliseconds: only after the record is out.
         if let Some(cg) = &self.cgroup {
             cg.remove_when_empty(Duration::from_millis(500));
@@ -668,4 +641,145 @@ pub fn read_all(mut r: impl Read) -> String {
     let mut s = String::new();
     let _ = r.read_to_string(&mut s);
     s
+}
+
+/// Where sanitized output goes: `output.log`, within the cap, surviving a full disk, with a
+/// byte on the launcher's change channel per stored chunk.
+struct Output {
+    out: File,
+    cap: u64,
+    written: u64,
+    dropped: u64,
+    write_error: Option<String>,
+    events: Option<File>,
+}
+
+impl Output {
+    /// Appends sanitized output, honouring the cap and surviving a full disk.
+    fn store(&mut self, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        if self.write_error.is_some() {
+            self.dropped += data.len() as u64;
+            return;
+        }
+        let room = self.cap.saturating_sub(self.written);
+        let mut take = data.len().min(room as usize);
+        if take < data.len() {
+            // Never store half a character.
+            while take > 0 && data[take] & 0xC0 == 0x80 {
+                take -= 1;
+            }
+        }
+        if take > 0 {
+            if let Err(e) = self.out.write_all(&data[..take]) {
+                self.write_error = Some(format!("output could not be stored: {e}"));
+                self.dropped += data.len() as u64;
+                return;
+            }
+            self.written += take as u64;
+            self.notify();
+        }
+        self.dropped += (data.len() - take) as u64;
+    }
+
+    /// Tells the launcher (if it still listens) that output arrived; never blocks.
+    fn notify(&mut self) {
+        if let Some(ev) = &mut self.events
+            && let Err(e) = ev.write(b".")
+            && e.kind() != io::ErrorKind::WouldBlock
+        {
+            self.events = None;
+        }
+    }
+}
+
+/// The size of one read from the job's pipe, and of the chunks handed to the writer.
+const CHUNK: usize = 256 * 1024;
+
+/// The output, written here or on a writer thread: a flood is read and sanitized while the
+/// previous chunk is being written, instead of one after the other.
+enum Sink {
+    Inline(Output),
+    Threaded {
+        tx: std::sync::mpsc::SyncSender<Vec<u8>>,
+        spare: std::sync::mpsc::Receiver<Vec<u8>>,
+        handle: std::thread::JoinHandle<Output>,
+    },
+    /// Only while being converted, or if the writer thread died.
+    Moved,
+}
+
+impl Sink {
+    fn set_events(&mut self, ev: Option<File>) {
+        if let Sink::Inline(o) = self {
+            o.events = ev;
+        }
+    }
+
+    /// Moves the writing to its own thread. Signals stay blocked there too (a thread
+    /// inherits the mask), so they still arrive only through the signalfd.
+    fn threaded(self) -> Sink {
+        let Sink::Inline(output) = self else {
+            return self;
+        };
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(4);
+        let (spare_tx, spare) = std::sync::mpsc::channel::<Vec<u8>>();
+        let (otx, orx) = std::sync::mpsc::channel::<Output>();
+        let spawned = std::thread::Builder::new()
+            .name("output".into())
+            .stack_size(64 << 10)
+            .spawn(move || {
+                let mut output = orx.recv().expect("the output is handed over at once");
+                for mut chunk in rx {
+                    output.store(&chunk);
+                    chunk.clear();
+                    let _ = spare_tx.send(chunk);
+                }
+                output
+            });
+        match spawned {
+            Ok(handle) => match otx.send(output) {
+                Ok(()) => Sink::Threaded { tx, spare, handle },
+                Err(e) => Sink::Inline(e.0),
+            },
+            // No thread to be had: the closure (and the output it was to receive) is gone,
+            // but the output itself was never moved into it.
+            Err(_) => Sink::Inline(output),
+        }
+    }
+
+    /// An empty buffer for the next chunk (recycled from the writer when it can be).
+    fn buffer(&self) -> Vec<u8> {
+        match self {
+            Sink::Threaded { spare, .. } => spare
+                .try_recv()
+                .unwrap_or_else(|_| Vec::with_capacity(CHUNK)),
+            _ => Vec::with_capacity(CHUNK),
+        }
+    }
+
+    fn store(&mut self, chunk: Vec<u8>) {
+        match self {
+            Sink::Inline(o) => o.store(&chunk),
+            Sink::Threaded { tx, .. } => {
+                if !chunk.is_empty() {
+                    let _ = tx.send(chunk);
+                }
+            }
+            Sink::Moved => {}
+        }
+    }
+
+    /// Waits for the writer to store everything sent, and takes the output back.
+    fn joined(self) -> Sink {
+        match self {
+            Sink::Threaded { tx, handle, .. } => {
+                drop(tx);
+                handle.join().map(Sink::Inline).unwrap_or(Sink::Moved)
+            }
+            other => other,
+        }
+    }
 }
