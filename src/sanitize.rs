@@ -437,7 +437,7 @@ impl Sanitizer {
         loop {
             let room = self.limit + 1 - self.line.len();
             if seg.len() < room {
-                self.line.extend_from_slice(seg);
+                extend_short(&mut self.line, seg);
                 self.cursor = self.line.len();
                 return;
             }
@@ -547,8 +547,29 @@ impl Sanitizer {
         if self.blanks {
             out.extend(cells.iter().map(|&b| if b == BLANK { b' ' } else { b }));
         } else {
-            out.extend_from_slice(cells);
+            extend_short(out, cells);
         }
+    }
+}
+
+/// Appends `src` to `dst` like `extend_from_slice`, but copies short runs in fixed 8-byte
+/// pieces that the compiler turns into plain moves: between colour codes runs are ~20
+/// bytes, and a call into libc's memcpy (musl's starts with `rep movsq`) costs more than
+/// such a copy itself.
+#[inline]
+fn extend_short(dst: &mut Vec<u8>, src: &[u8]) {
+    if src.len() >= 128 {
+        dst.extend_from_slice(src);
+        return;
+    }
+    dst.reserve(src.len());
+    let mut chunks = src.chunks_exact(8);
+    for c in &mut chunks {
+        let piece: [u8; 8] = c.try_into().unwrap_or_default();
+        dst.extend_from_slice(&piece);
+    }
+    for &b in chunks.remainder() {
+        dst.push(b);
     }
 }
 
