@@ -483,9 +483,13 @@ pub fn cancel(store: &Store, id: &JobId, wait: Duration) -> Result<JobRecord> {
             return Ok(rec);
         }
         if let (Some(pid), Some(start)) = (rec.supervisor_pid, rec.supervisor_start)
-            && proc::signal_verified(pid, start, Signal::SIGUSR1)
+            && let Some(sup) = proc::Pidfd::open(pid, start)
+            && sup.signal(Signal::SIGUSR1)
         {
-            return store.wait_final(id, deadline.saturating_duration_since(Instant::now()));
+            // The supervisor exits right after writing the final record: wait on its pidfd
+            // (no file watching, nothing to set up or tear down), then read the record.
+            sup.wait_exit(deadline.saturating_duration_since(Instant::now()));
+            return store.load(id);
         }
         // The supervisor has not recorded itself yet (or just exited): look again.
         if Instant::now() >= deadline {

@@ -146,6 +146,20 @@ impl Pidfd {
         (stat(pid)?.start == start).then_some(fd)
     }
 
+    /// Waits up to `timeout` for the process to exit (a pidfd turns readable then); true
+    /// if it did.
+    pub fn wait_exit(&self, timeout: std::time::Duration) -> bool {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        use std::os::fd::AsFd;
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        let mut fds = [PollFd::new(self.0.as_fd(), PollFlags::POLLIN)];
+        poll(
+            &mut fds,
+            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
+        )
+        .is_ok_and(|n| n > 0)
+    }
+
     /// Sends `sig`; false if the process is gone.
     pub fn signal(&self, sig: Signal) -> bool {
         // SAFETY: the fd is a valid pidfd we own; a null siginfo means "as kill(2)".
