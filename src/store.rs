@@ -193,7 +193,21 @@ impl Store {
         let _lock = match File::open(&lock_path) {
             Ok(l) => match l.try_lock() {
                 Ok(()) => Some(l),
-                Err(std::fs::TryLockError::WouldBlock) => return Ok(rec), // really running
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    // Held by the supervisor (really running), or by another reader that
+                    // is settling a job whose supervisor is gone: then wait for its verdict,
+                    // so every reader agrees (a prune must not see "running" meanwhile).
+                    let supervisor_alive = match (rec.supervisor_pid, rec.supervisor_start) {
+                        (Some(pid), Some(start)) => {
+                            crate::proc::stat(pid).is_some_and(|s| s.start == start)
+                        }
+                        _ => true, // still starting: the launcher holds the lock
+                    };
+                    if supervisor_alive || l.lock().is_err() {
+                        return Ok(rec);
+                    }
+                    Some(l)
+                }
                 Err(_) => return Ok(rec),
             },
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
