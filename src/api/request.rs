@@ -460,6 +460,51 @@ pub fn preview_body(body: &[u8], idempotency_key: Option<&str>) -> Result<Previe
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// Every refusal of a body is a client error, never an internal one.
+    fn client_error<T>(r: Result<T>) -> bool {
+        !matches!(r, Err(e) if !matches!(e, Error::Invalid(_) | Error::TooLarge(_)))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        // The fuzz target `request`'s invariants, on stable: no panic, no internal error.
+        #[test]
+        fn arbitrary_bodies_never_panic_nor_fail_internally(data in proptest::collection::vec(any::<u8>(), 0..256)) {
+            prop_assert!(client_error(start_body(&data, None)));
+            prop_assert!(client_error(env_body(&data)));
+            prop_assert!(client_error(preview_body(&data, None)));
+            if let Ok(s) = std::str::from_utf8(&data) {
+                let _ = percent_decode(s);
+                let _ = base64_decode(s);
+            }
+        }
+
+        #[test]
+        fn json_shaped_bodies_never_panic_nor_fail_internally(
+            command in proptest::option::of(".{0,20}"),
+            wait in proptest::option::of(any::<f64>()),
+            timeout in proptest::option::of(any::<i64>()),
+            encoding in proptest::option::of("(utf8|base64|[a-z]{0,6})"),
+            stdin in proptest::option::of("[A-Za-z0-9+/=]{0,12}"),
+            env_name in "[A-Za-z_0-9=]{0,6}",
+        ) {
+            let mut body = serde_json::Map::new();
+            if let Some(c) = command { body.insert("command".into(), c.into()); }
+            if let Some(w) = wait { body.insert("waitSeconds".into(), serde_json::json!(w)); }
+            if let Some(t) = timeout { body.insert("timeoutSeconds".into(), t.into()); }
+            if let Some(e) = encoding { body.insert("encoding".into(), e.into()); }
+            if let Some(s) = stdin { body.insert("stdin".into(), s.into()); }
+            body.insert("env".into(), serde_json::json!({ env_name.clone(): "v" }));
+            let bytes = serde_json::to_vec(&body).unwrap();
+            prop_assert!(client_error(start_body(&bytes, Some("k"))));
+            prop_assert!(client_error(preview_body(&bytes, None)));
+            let env = serde_json::to_vec(&serde_json::json!({"set": { env_name: "v" }})).unwrap();
+            prop_assert!(client_error(env_body(&env)));
+        }
+    }
 
     fn invalid<T: std::fmt::Debug>(r: Result<T>) -> String {
         match r {
