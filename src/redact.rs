@@ -557,6 +557,24 @@ mod tests {
     }
 
     #[test]
+    fn a_value_beginning_with_the_markers_end_can_be_spelled_across_it() {
+        // Found by fuzzing: `]\\\` (a `]` and three backslashes) and its JSON form (six)
+        // merge into one region; the marker's own `]` then meets the backslashes that
+        // followed. Every byte of every occurrence is covered; what reads like the value
+        // straddles the marker, which the contract fixes as `[redacted]`.
+        let out = red(&["]\\\\\\"], "]\\\\\\\\\\\\\\\\\\\\");
+        assert_eq!(out, "[redacted]\\\\\\\\");
+        let secret = "]\\\\\\";
+        let marker_end = "[redacted]".len();
+        for (at, _) in out.match_indices(secret) {
+            assert!(
+                at < marker_end,
+                "an occurrence lies wholly outside the marker: {out:?}"
+            );
+        }
+    }
+
+    #[test]
     fn replaces_a_secret() {
         assert_eq!(red(&["hunter22"], "pw=hunter22 ok\n"), "pw=[redacted] ok\n");
         assert_eq!(red(&["hunter22"], "hunter22"), "[redacted]");
