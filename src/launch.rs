@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
 use std::io::Read;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -14,6 +14,7 @@ use nix::sys::signal::Signal;
 
 use crate::error::{Error, Result};
 use crate::job::{FORMAT_VERSION, JobId, JobRecord, Status};
+use crate::proc;
 use crate::redact::Redactor;
 use crate::secrets::SecretVar;
 use crate::store::{self, Store};
@@ -499,8 +500,6 @@ pub fn cancel(store: &Store, id: &JobId, wait: Duration) -> Result<JobRecord> {
     }
 }
 
-use crate::proc;
-
 fn idem_path(store: &Store, key: &str) -> std::path::PathBuf {
     use std::hash::{Hash, Hasher};
     let mut parts = [0u64; 2];
@@ -552,5 +551,3 @@ fn idempotent_record(store: &Store, key: &str, id: &JobId) {
     let path = idem_path(store, key);
     let _ = store::write_atomic(&path, format!("{id}\n{key}\n").as_bytes(), 0o600);
 }
-
-use std::os::unix::fs::DirBuilderExt;

@@ -5,7 +5,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::job::{JobId, JobRecord, Status};
@@ -364,10 +364,7 @@ impl Store {
             return String::new();
         }
         let skip = if start > 0 {
-            buf.iter()
-                .take(3)
-                .take_while(|&&b| b & 0xC0 == 0x80)
-                .count()
+            leading_continuations(&buf)
         } else {
             0
         };
@@ -437,44 +434,21 @@ impl Store {
             eof: next >= len,
         })
     }
+}
 
-    /// Blocks until the job's folder changes or `deadline` passes (whichever first); wakes
-    /// at least every `max_nap` so callers can re-check liveness.
-    pub fn wait_change(&self, id: &JobId, deadline: Instant, max_nap: Duration) {
-        let now = Instant::now();
-        if now >= deadline {
-            return;
-        }
-        let nap = (deadline - now).min(max_nap);
-        watch::wait(&self.job_dir(id), nap);
-    }
-
-    /// Waits until the job has ended or `timeout` has passed; returns the latest record.
-    pub fn wait_final(&self, id: &JobId, timeout: Duration) -> Result<JobRecord> {
-        let deadline = Instant::now() + timeout;
-        let watcher = watch::Watcher::new(&self.job_dir(id));
-        loop {
-            let rec = self.load(id)?;
-            if rec.status.is_final() || Instant::now() >= deadline {
-                return Ok(rec);
-            }
-            nap(
-                watcher.as_ref(),
-                (deadline - Instant::now()).min(Duration::from_millis(500)),
-            );
-        }
-    }
+/// How many bytes at the start of `buf` continue a character begun before it (at most 3).
+fn leading_continuations(buf: &[u8]) -> usize {
+    buf.iter()
+        .take(3)
+        .take_while(|&&b| b & 0xC0 == 0x80)
+        .count()
 }
 
 /// Where a page starts and ends inside `buf` so that both ends sit on character
 /// boundaries: skips continuation bytes at the start, and cuts at most `limit` bytes,
 /// backing off to a boundary (but keeping one whole character if `limit` is smaller).
 pub fn utf8_window(buf: &[u8], limit: usize) -> (usize, usize) {
-    let skip = buf
-        .iter()
-        .take(3)
-        .take_while(|&&b| b & 0xC0 == 0x80)
-        .count();
+    let skip = leading_continuations(buf);
     let body = &buf[skip..];
     if body.len() <= limit {
         return (skip, buf.len());
@@ -549,13 +523,6 @@ mod watch {
             {
                 let _ = self.0.read_events();
             }
-        }
-    }
-
-    pub fn wait(dir: &Path, nap: Duration) {
-        match Watcher::new(dir) {
-            Some(w) => w.wait(nap),
-            None => std::thread::sleep(nap.min(Duration::from_millis(20))),
         }
     }
 }

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
@@ -634,13 +634,6 @@ impl Supervisor {
             cg.remove_when_empty(Duration::from_millis(500));
         }
     }
-}
-
-/// Reads everything from a reader (used by tests and the launcher's ready pipe).
-pub fn read_all(mut r: impl Read) -> String {
-    let mut s = String::new();
-    let _ = r.read_to_string(&mut s);
-    s
 }
 
 /// Where sanitized output goes: `output.log`, within the cap, surviving a full disk, with a
