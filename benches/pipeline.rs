@@ -11,9 +11,9 @@
 //! into a buffer emptied after each read, where output stays in cache and the redactor's
 //! share shows. Figures are input MB (10^6 bytes) per second, best of a few runs.
 
-use gitterm_agent::output::Pipeline;
-use gitterm_agent::redact::Redactor;
-use gitterm_agent::sanitize::Sanitizer;
+use gitterm_agent::text::pipeline::Pipeline;
+use gitterm_agent::text::redact::Redactor;
+use gitterm_agent::text::sanitize::Sanitizer;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 

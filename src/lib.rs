@@ -1,29 +1,22 @@
 //! gitterm-agent: runs and supervises jobs inside a sandbox.
 //!
-//! Layers, each using only those above it:
-//! 1. pure logic: [`job`], [`timefmt`], [`sanitize`], [`redact`], [`secrets`], [`error`]
-//! 2. storage: [`store`], [`envstore`]
-//! 3. processes: [`proc`]
-//! 4. one job's life: [`supervise`], started through [`launch`]
-//! 5. front ends: [`cli`] and [`api`]
+//! Layers are folders; each imports only the ones listed before it:
+//! 1. [`model`]: ids, records, specs, requests, limits, errors (pure data, no I/O)
+//! 2. [`text`]: the output pipeline (sanitize, redact), time formats (pure)
+//! 3. [`os`]: processes, pidfds, cgroups, polling, sockets (the only home of `unsafe`)
+//! 4. [`state`]: the state root on disk (layout, atomic writes, records, env, sandbox)
+//! 5. [`job`]: one job's life: launch, the supervisor, cancel, settling lost jobs
+//! 6. front ends, which never import each other: [`cli`] and [`api`]
+
+#![deny(unsafe_code)]
 
 pub mod api;
 pub mod cli;
-pub mod envstore;
-pub mod error;
 pub mod job;
-pub mod launch;
-pub mod output;
-pub mod ports;
-pub mod probe;
-pub mod proc;
-pub mod redact;
-pub mod sandbox;
-pub mod sanitize;
-pub mod secrets;
-pub mod store;
-pub mod supervise;
-pub mod timefmt;
+pub mod model;
+pub mod os;
+pub mod state;
+pub mod text;
 
 /// The agent's version, as reported by `--version` and `GET /v1/health`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,8 +1,8 @@
 //! Real terminal recordings (`*.raw`) must be stored exactly as `*.expected`, however the
 //! bytes are split into reads.
 
-use gitterm_agent::output::Pipeline;
-use gitterm_agent::sanitize::Sanitizer;
+use gitterm_agent::text::pipeline::Pipeline;
+use gitterm_agent::text::sanitize::Sanitizer;
 use std::path::{Path, PathBuf};
 
 const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/corpus");

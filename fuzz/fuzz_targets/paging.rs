@@ -1,6 +1,6 @@
 //! Output pages always start and end on character boundaries and reassemble the log.
 #![no_main]
-use gitterm_agent::store::utf8_window;
+use gitterm_agent::text::utf8::utf8_window;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,7 +1,7 @@
 //! No secret survives the redactor, for any split of the input into writes, and clean
 //! input passes through unchanged.
 #![no_main]
-use gitterm_agent::redact::Redactor;
+use gitterm_agent::text::redact::Redactor;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -3,7 +3,7 @@
 //! base64, and the HTTP head and its framing.
 #![no_main]
 use gitterm_agent::api::{http, request};
-use gitterm_agent::error::Error;
+use gitterm_agent::model::error::Error;
 use libfuzzer_sys::fuzz_target;
 
 fn client_error<T>(r: Result<T, Error>) {

@@ -1,7 +1,7 @@
 //! The sanitizer never stores ESC, C0 (but `\n`, `\t`), DEL or C1, always yields UTF-8,
 //! and gives the same result however the input is split into reads.
 #![no_main]
-use gitterm_agent::sanitize::Sanitizer;
+use gitterm_agent::text::sanitize::Sanitizer;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

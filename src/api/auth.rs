@@ -11,7 +11,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use crate::error::{Error, Result};
+use crate::model::error::{Error, Result};
 
 /// The generated token's file name under the state root.
 pub const TOKEN_FILE: &str = "agent.token";
@@ -176,7 +176,7 @@ pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
 /// Reads a token from a file that follows the secret-file rules (regular, owned by the
 /// agent's user, 0600 or 0400); surrounding whitespace is dropped.
 pub fn read_token_file(path: &Path, what: &str) -> Result<Vec<u8>> {
-    let data = crate::secrets::read_private_file(path, what)?;
+    let data = crate::os::privfile::read_private_file(path, what)?;
     let token = data.trim_ascii();
     check_token(token)
         .map_err(|rule| Error::Invalid(format!("{what} {}: {rule}", path.display())))?;
@@ -212,8 +212,8 @@ pub fn load_or_create(path: &Path) -> Result<Vec<u8>> {
         Err(e) => return Err(Error::io(format!("token file {}", path.display()), e)),
     }
     let mut raw = [0u8; 32];
-    crate::proc::random_bytes(&mut raw).map_err(|e| Error::io("random token", e))?;
-    let token = crate::job::hex(&raw);
+    crate::os::proc::random_bytes(&mut raw).map_err(|e| Error::io("random token", e))?;
+    let token = crate::model::id::hex(&raw);
     let tmp = temp_beside(path)?;
     let written = (|| {
         let mut f = OpenOptions::new()
@@ -243,9 +243,9 @@ pub fn load_or_create(path: &Path) -> Result<Vec<u8>> {
 
 fn temp_beside(path: &Path) -> Result<PathBuf> {
     let mut rnd = [0u8; 6];
-    crate::proc::random_bytes(&mut rnd).map_err(|e| Error::io("random name", e))?;
+    crate::os::proc::random_bytes(&mut rnd).map_err(|e| Error::io("random name", e))?;
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("token");
-    Ok(path.with_file_name(format!(".{name}.{}.tmp", crate::job::hex(&rnd))))
+    Ok(path.with_file_name(format!(".{name}.{}.tmp", crate::model::id::hex(&rnd))))
 }
 
 #[cfg(test)]

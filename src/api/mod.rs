@@ -23,8 +23,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::{Error, Result};
-use crate::store::{self, Store};
+use crate::model::error::{Error, Result};
+use crate::model::limits::Seconds;
+use crate::state::store::Store;
 
 pub use routes::ROUTES;
 
@@ -52,12 +53,12 @@ pub struct ServeArgs {
     pub max_connections: usize,
     /// Seconds a client may take to send a request's headers
     #[arg(long, value_name = "S", default_value = "10")]
-    pub header_timeout: String,
+    pub header_timeout: Seconds,
     /// Seconds a client may take to send a request's body
     #[arg(long, value_name = "S", default_value = "60")]
-    pub body_timeout: String,
+    pub body_timeout: Seconds,
     #[command(flatten)]
-    pub limits: crate::cli::LimitArgs,
+    pub limits: crate::model::limits::LimitArgs,
     /// Keep at most this many ended jobs (pruned at start and every 10 minutes)
     #[arg(long, value_name = "N", default_value = "1000")]
     pub keep_jobs: usize,
@@ -73,10 +74,10 @@ fn start_housekeeping(store: Store, keep_jobs: usize, keep_for: Duration) {
         .name("housekeeping".into())
         .stack_size(256 << 10)
         .spawn(move || {
-            let settled = store.list().len();
+            let settled = crate::job::settle::list(&store).len();
             log(serde_json::json!({"event": "rescan", "jobs": settled}));
             loop {
-                let removed = store.prune(keep_jobs, keep_for);
+                let removed = crate::job::settle::prune(&store, keep_jobs, keep_for);
                 if !removed.is_empty() {
                     log(serde_json::json!({"event": "prune", "removed": removed.len()}));
                 }
@@ -87,18 +88,15 @@ fn start_housekeeping(store: Store, keep_jobs: usize, keep_for: Duration) {
 
 /// Runs the server until SIGTERM/SIGINT.
 pub fn serve_main(args: ServeArgs) -> Result<i32> {
-    let cfg = args.limits.config()?;
+    let cfg = args.limits.config();
     if args.max_connections == 0 {
         return Err(Error::Invalid(
             "--max-connections must be at least 1".into(),
         ));
     }
-    let seconds = |flag: &str, v: &str| {
-        crate::cli::parse_seconds(flag, v, false).map(Duration::from_secs_f64)
-    };
-    let head_timeout = seconds("--header-timeout", &args.header_timeout)?;
-    let body_timeout = seconds("--body-timeout", &args.body_timeout)?;
-    let store = Store::open(&store::default_root())?;
+    let head_timeout = args.header_timeout.duration();
+    let body_timeout = args.body_timeout.duration();
+    let store = Store::open(&crate::state::layout::default_root())?;
     let tokens = auth::Tokens::load(
         store.root(),
         args.token_file.as_deref(),
@@ -110,7 +108,7 @@ pub fn serve_main(args: ServeArgs) -> Result<i32> {
             args.keep_days
         )));
     }
-    let sandbox = crate::sandbox::record_start(store.root())?;
+    let sandbox = crate::state::sandbox::record_start(store.root())?;
     let listener = bind(&args.listen)?;
 
     let (stop_rx, stop_tx) =

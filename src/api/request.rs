@@ -10,9 +10,9 @@ use std::path::PathBuf;
 
 use serde_json::{Map, Value};
 
-use crate::error::{Error, Result};
-use crate::launch::StartRequest;
-use crate::probe::Probe;
+use crate::model::error::{Error, Result};
+use crate::model::spec::StartRequest;
+use crate::os::probe::Probe;
 
 /// `waitSeconds` when a start request gives none.
 pub const DEFAULT_WAIT_SECONDS: f64 = 30.0;
@@ -268,7 +268,7 @@ pub fn start_body(body: &[u8], idempotency_key: Option<&str>) -> Result<StartBod
         env: job_env(&f)?,
         stdin: stdin(&f)?,
         secrets: match f.object("secretEnv")? {
-            Some(m) => crate::secrets::from_map(m)?,
+            Some(m) => crate::model::secret::from_map(m)?,
             None => Vec::new(),
         },
         timeout_seconds: f.number("timeoutSeconds")?,
@@ -299,7 +299,7 @@ pub fn start_body(body: &[u8], idempotency_key: Option<&str>) -> Result<StartBod
 fn job_env(f: &Fields) -> Result<BTreeMap<String, String>> {
     let env = f.string_map("env")?;
     for (k, v) in &env {
-        crate::launch::check_env(k, v).map_err(|e| Error::Invalid(format!("env: {e}")))?;
+        crate::model::spec::check_env(k, v).map_err(|e| Error::Invalid(format!("env: {e}")))?;
     }
     Ok(env)
 }
@@ -448,7 +448,7 @@ pub fn preview_body(body: &[u8], idempotency_key: Option<&str>) -> Result<Previe
         .map(|n| check_wait("waitSeconds", n, MAX_PREVIEW_WAIT_SECONDS))
         .transpose()?
         .unwrap_or(MAX_PREVIEW_WAIT_SECONDS);
-    let probe = crate::probe::parse_probe(f.string("probe")?, f.string("path")?)?;
+    let probe = crate::os::probe::parse_probe(f.string("probe")?, f.string("path")?)?;
     Ok(PreviewBody {
         port,
         start,

@@ -17,11 +17,12 @@ use super::auth::{Access, Tokens};
 use super::http::{Fault, Handler, Head, Request, Response};
 use super::request::{self, Query, Wait};
 use super::watch::{Hub, Kind};
-use crate::error::{Error, Result};
-use crate::job::{JobId, JobRecord, Status};
-use crate::launch::{self, Config};
-use crate::sandbox::SandboxStart;
-use crate::store::{Listed, Store};
+use crate::job::launch;
+use crate::model::error::{Error, Result};
+use crate::model::spec::Config;
+use crate::model::{JobId, JobRecord, Status};
+use crate::state::sandbox::SandboxStart;
+use crate::state::store::{Listed, Store};
 
 /// Every route the server answers, as (method, path template). `docs/openapi.json` lists
 /// exactly these (a test checks it).
@@ -236,13 +237,13 @@ impl App {
             ("POST", "/v1/env") => self.set_env(&req.body),
             ("GET", "/v1/sandbox") => Ok(self.sandbox()?),
             ("POST", "/v1/previews") => self.preview(req),
-            ("GET", "/v1/ports") => Ok(json!({"ports": crate::ports::listening()})),
+            ("GET", "/v1/ports") => Ok(json!({"ports": crate::os::ports::listening()})),
             _ => Err(Error::Internal(format!("route {template} has no handler")).into()),
         }
     }
 
-    fn env(&self) -> crate::envstore::EnvStore {
-        crate::envstore::EnvStore::open(self.store.root())
+    fn env(&self) -> crate::state::envstore::EnvStore {
+        crate::state::envstore::EnvStore::open(self.store.root())
     }
 
     fn start_job(&self, req: &Request) -> Reply {
@@ -252,8 +253,8 @@ impl App {
         // Files first, then secretEnv: a name in both takes the secretEnv value.
         let mut secrets = Vec::new();
         for path in &body.secret_files {
-            for var in crate::secrets::load_file(path)? {
-                secrets.retain(|s: &crate::secrets::SecretVar| s.name != var.name);
+            for var in crate::os::privfile::load_file(path)? {
+                secrets.retain(|s: &crate::model::secret::SecretVar| s.name != var.name);
                 secrets.push(var);
             }
         }
@@ -262,12 +263,11 @@ impl App {
             secrets.push(var);
         }
         start.secrets = secrets;
-        let persisted = crate::cli::persisted_env(&self.store)?;
-        let (rec, events) = launch::start_watched(&self.store, &self.cfg, &persisted, start)?;
+        let (rec, events) = launch::start_watched(&self.store, &self.cfg, start)?;
         let rec = match (body.wait, events) {
             (Wait::Background, _) => rec,
-            (Wait::Seconds(s), Some(ev)) => self.wait_end_events(&job_id(&rec)?, ev, s)?,
-            (Wait::Seconds(s), None) => self.wait_end(&job_id(&rec)?, s)?,
+            (Wait::Seconds(s), Some(ev)) => self.wait_end_events(&rec.id.clone(), ev, s)?,
+            (Wait::Seconds(s), None) => self.wait_end(&rec.id.clone(), s)?,
         };
         Ok(self.store.view(&rec))
     }
@@ -283,7 +283,7 @@ impl App {
         let deadline = Instant::now() + Duration::from_secs_f64(seconds);
         let mut instant_wakes = 0;
         loop {
-            let rec = self.store.load(id)?;
+            let rec = crate::job::settle::load(&self.store, id)?;
             let now = Instant::now();
             if rec.status.is_final() || now >= deadline || self.hub.stopping() {
                 return Ok(rec);
@@ -305,13 +305,13 @@ impl App {
     /// The latest record, after waiting up to `seconds` for the job to end.
     fn wait_end(&self, id: &JobId, seconds: f64) -> Result<JobRecord> {
         if seconds <= 0.0 {
-            return self.store.load(id);
+            return crate::job::settle::load(&self.store, id);
         }
         let deadline = Instant::now() + Duration::from_secs_f64(seconds);
         let w = self.hub.watch(&self.store.job_dir(id), id);
         loop {
             let seen = w.marks();
-            let rec = self.store.load(id)?;
+            let rec = crate::job::settle::load(&self.store, id)?;
             if rec.status.is_final() || Instant::now() >= deadline || self.hub.stopping() {
                 return Ok(rec);
             }
@@ -334,9 +334,7 @@ impl App {
         let limit = q
             .uint("limit", 1, request::MAX_LIST_LIMIT as u64)?
             .map_or(usize::MAX, |n| n as usize);
-        let jobs: Vec<Value> = self
-            .store
-            .list()
+        let jobs: Vec<Value> = crate::job::settle::list(&self.store)
             .into_iter()
             .filter(|l| match (l, status) {
                 (_, None) => true,
@@ -361,8 +359,8 @@ impl App {
     fn output(&self, id: &JobId, q: &Query) -> Reply {
         let offset = q.uint("offset", 0, u64::MAX)?.unwrap_or(0);
         let limit = q
-            .uint("limit", 1, crate::store::MAX_PAGE as u64)?
-            .map_or(crate::store::MAX_PAGE, |n| n as usize);
+            .uint("limit", 1, crate::state::layout::MAX_PAGE as u64)?
+            .map_or(crate::state::layout::MAX_PAGE, |n| n as usize);
         let wait = q
             .seconds("waitSeconds", request::MAX_WAIT_SECONDS)?
             .unwrap_or(0.0);
@@ -371,7 +369,7 @@ impl App {
         loop {
             let seen = w.as_ref().map(|w| w.marks());
             // The record first: once it says "ended", all output is already on disk.
-            let rec = self.store.load(id)?;
+            let rec = crate::job::settle::load(&self.store, id)?;
             let page = self.store.read_page(id, offset, limit)?;
             let done = rec.status.is_final() && page.eof;
             let stop = !page.data.is_empty()
@@ -409,7 +407,7 @@ impl App {
         let mut counts: BTreeMap<&str, usize> =
             Status::ALL.iter().map(|s| (s.as_str(), 0)).collect();
         let mut corrupt = 0;
-        for l in self.store.list() {
+        for l in crate::job::settle::list(&self.store) {
             match l {
                 Listed::Job(r) => *counts.entry(r.status.as_str()).or_default() += 1,
                 Listed::Corrupt { .. } => corrupt += 1,
@@ -435,11 +433,12 @@ impl App {
         let b = request::preview_body(&req.body, key)?;
         let deadline = started + Duration::from_secs_f64(b.wait_seconds);
         let port = b.port;
-        let ready =
-            |left: Duration| crate::probe::ready(port, &b.probe, left.min(Duration::from_secs(2)));
+        let ready = |left: Duration| {
+            crate::os::probe::ready(port, &b.probe, left.min(Duration::from_secs(2)))
+        };
         let answer = |job: Option<String>| {
             let job = job.or_else(|| {
-                crate::ports::listening()
+                crate::os::ports::listening()
                     .into_iter()
                     .find(|l| l.port == port)
                     .and_then(|l| l.job_id)
@@ -453,17 +452,9 @@ impl App {
         };
         // Something already listening means the server is up (or starting): no new job.
         let listening =
-            crate::probe::ready(port, &crate::probe::Probe::Tcp, Duration::from_secs(1));
+            crate::os::probe::ready(port, &crate::os::probe::Probe::Tcp, Duration::from_secs(1));
         let job = match b.start {
-            Some(start) if !listening => {
-                let persisted = crate::cli::persisted_env(&self.store)?;
-                Some(job_id(&launch::start(
-                    &self.store,
-                    &self.cfg,
-                    &persisted,
-                    start,
-                )?)?)
-            }
+            Some(start) if !listening => Some(launch::start(&self.store, &self.cfg, start)?.id),
             _ => None,
         };
         let w = job
@@ -476,7 +467,7 @@ impl App {
                 return Ok(answer(job.as_ref().map(|j| j.to_string())));
             }
             if let Some(id) = &job {
-                let rec = self.store.load(id)?;
+                let rec = crate::job::settle::load(&self.store, id)?;
                 if rec.status.is_final() {
                     return Err(ended_first(&self.store, &rec, port));
                 }
@@ -510,9 +501,7 @@ impl App {
 
 /// The conflict answer when a preview's server job ended before its port answered.
 fn ended_first(store: &Store, rec: &JobRecord, port: u16) -> Failure {
-    let tail = JobId::parse(&rec.id)
-        .map(|id| store.tail(&id))
-        .unwrap_or_default();
+    let tail = store.tail(&rec.id);
     let how = match (rec.exit_code, &rec.signal) {
         (Some(c), _) => format!("exit code {c}"),
         (None, Some(s)) => format!("signal {s}"),
@@ -527,16 +516,11 @@ fn ended_first(store: &Store, rec: &JobRecord, port: u16) -> Failure {
         rec.id,
         rec.status.as_str()
     )));
-    f.extra.insert("jobId".into(), rec.id.clone().into());
+    f.extra.insert("jobId".into(), rec.id.as_str().into());
     f.extra.insert("status".into(), rec.status.as_str().into());
     f.extra.insert("exitCode".into(), rec.exit_code.into());
     f.extra.insert("output".into(), tail.into());
     f
-}
-
-fn job_id(rec: &JobRecord) -> Result<JobId> {
-    JobId::parse(&rec.id)
-        .ok_or_else(|| Error::Internal(format!("a job with a bad id {:?}", rec.id)))
 }
 
 fn idempotency_key(head: &Head) -> Result<Option<&str>> {
@@ -621,7 +605,7 @@ impl Handler for App {
         // Only the route template is logged, never the path or query: a token or secret
         // pasted into a URL must not reach the log.
         let mut line = json!({
-            "ts": crate::timefmt::now(),
+            "ts": crate::text::timefmt::now(),
             "method": head.map(|h| shown_method(&h.method)),
             "route": (!resp.route.is_empty()).then_some(resp.route),
             "status": resp.status,

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 
-use crate::job::JobId;
+use crate::model::JobId;
 
 /// Which changes a waiter cares about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,7 +122,7 @@ impl Hub {
                 let output = ev
                     .name
                     .as_deref()
-                    .is_some_and(|n| n == crate::store::OUTPUT)
+                    .is_some_and(|n| n == crate::state::layout::OUTPUT)
                     && ev.mask.contains(AddWatchFlags::IN_MODIFY);
                 if let Some(e) = inner.jobs.get_mut(&id) {
                     if output {
@@ -266,14 +266,14 @@ mod tests {
         let w = hub.watch(d.path(), &id);
         let w2 = hub.watch(d.path(), &id);
         let seen = w.marks();
-        std::fs::write(d.path().join(crate::store::OUTPUT), b"x").unwrap();
+        std::fs::write(d.path().join(crate::state::layout::OUTPUT), b"x").unwrap();
         let far = Instant::now() + Duration::from_secs(30);
         let t = Instant::now();
         w.wait(seen, Kind::Output, far);
         assert!(t.elapsed() < RECHECK * 4);
         assert_ne!(w.marks().get(Kind::Output), seen.get(Kind::Output));
         let seen = w2.marks();
-        crate::store::write_atomic(&d.path().join("job.json"), b"{}", 0o600).unwrap();
+        crate::state::fsutil::write_atomic(&d.path().join("job.json"), b"{}", 0o600).unwrap();
         w2.wait(seen, Kind::Record, far);
         drop(w);
         drop(w2);

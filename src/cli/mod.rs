@@ -1,84 +1,35 @@
 //! The command line: `exec`, `status`, `logs`, `cancel`, `serve`, `prune`, and the internal
 //! `supervise`. Local commands read and write the same state root as the server.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use clap::{Parser, Subcommand};
+use clap::Subcommand;
 
-use crate::error::{Error, Result};
-use crate::job::{JobId, JobRecord, Status};
-use crate::launch::{self, Config, StartRequest};
-use crate::store::{self, Listed, Store};
+use crate::job::launch;
+use crate::model::error::{Error, Result};
+use crate::model::limits::{LimitArgs, Seconds, SecondsOrZero};
+use crate::model::spec::{self, Config, StartRequest};
+use crate::model::{JobId, JobRecord, Status};
+use crate::state::store::{Listed, Store};
 
-#[derive(Parser)]
-#[command(name = "gitterm-agent", version = crate::VERSION, about = "Runs and supervises jobs inside a sandbox.", long_about = None)]
-struct Cli {
-    #[command(subcommand)]
-    cmd: Cmd,
-}
-
-/// Limits shared by `exec` and `serve`.
-#[derive(clap::Args, Clone)]
-pub struct LimitArgs {
-    /// Seconds between TERM and KILL when a job ends
-    #[arg(
-        long,
-        value_name = "S",
-        default_value = "5",
-        allow_hyphen_values = true
-    )]
-    pub grace: String,
-    /// Cap on any job's timeout (longer requests are clamped)
-    #[arg(
-        long,
-        value_name = "S",
-        default_value = "3600",
-        allow_hyphen_values = true
-    )]
-    pub max_job_seconds: String,
-    /// Per-job cap on stored output; past it output is drained but not stored
-    #[arg(long, value_name = "BYTES", default_value = "1073741824")]
-    pub max_output_bytes: u64,
-    /// Most jobs running at once
-    #[arg(long, value_name = "N", default_value = "256")]
-    pub max_running: usize,
-}
-
-impl LimitArgs {
-    /// The validated limits.
-    pub fn config(&self) -> Result<Config> {
-        let grace = parse_seconds("--grace", &self.grace, true)?;
-        let max = parse_seconds("--max-job-seconds", &self.max_job_seconds, false)?;
-        if self.max_running == 0 {
-            return Err(Error::Invalid("--max-running must be at least 1".into()));
-        }
-        Ok(Config {
-            max_job_seconds: max,
-            grace_seconds: grace,
-            max_output_bytes: self.max_output_bytes,
-            max_running: self.max_running,
-        })
-    }
-}
-
+/// The local commands, for the person debugging inside the sandbox.
 #[derive(Subcommand)]
-enum Cmd {
+pub enum Cmd {
     /// Run a shell command as a job; stream its output and exit with its status
     Exec {
         /// Seconds before the job is ended as timed out (capped by --max-job-seconds)
         #[arg(long, value_name = "S", allow_hyphen_values = true)]
-        timeout: Option<String>,
+        timeout: Option<Seconds>,
         /// End the job as timed out after this many seconds without output
         #[arg(long, value_name = "S", allow_hyphen_values = true)]
-        idle_timeout: Option<String>,
+        idle_timeout: Option<Seconds>,
         /// Wait at most this many seconds for the end (0: return at once); default: until it ends
         #[arg(long, value_name = "S", allow_hyphen_values = true)]
-        wait: Option<String>,
+        wait: Option<SecondsOrZero>,
         /// Working folder of the job
         #[arg(long, value_name = "DIR")]
         cwd: Option<PathBuf>,
@@ -120,8 +71,6 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Serve the HTTP/JSON control endpoint
-    Serve(crate::api::ServeArgs),
     /// Remove ended jobs past the retention limits
     Prune {
         /// Keep at most this many ended jobs (newest first)
@@ -133,50 +82,23 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// (internal) supervise one job
-    #[command(hide = true)]
-    Supervise {
-        #[arg(long)]
-        root: PathBuf,
-        id: String,
-    },
 }
 
-/// Runs the CLI and returns the exit status.
-pub fn main() -> i32 {
-    let cli = match Cli::try_parse() {
-        Ok(c) => c,
-        Err(e) => {
-            let _ = e.print();
-            return match e.kind() {
-                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => 0,
-                _ => 2,
-            };
-        }
-    };
-    if let Cmd::Supervise { root, id } = &cli.cmd {
-        return crate::supervise::main(root, id);
-    }
+/// Runs one local command; `Err` is reported by the caller.
+pub fn main(cmd: Cmd) -> Result<i32> {
     if matches!(
-        cli.cmd,
+        cmd,
         Cmd::Status { .. } | Cmd::Logs { .. } | Cmd::Prune { .. }
     ) {
         // `status | head` should end quietly, as other Unix tools do, not panic in
         // println!. (`exec` keeps SIGPIPE ignored: a closed reader cancels its job.)
-        // SAFETY: resetting one signal's disposition before any thread starts.
-        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+        crate::os::spawn::default_sigpipe();
     }
-    match run(cli.cmd) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("gitterm-agent: {e}");
-            e.exit_status()
-        }
-    }
+    run(cmd)
 }
 
 fn open_store() -> Result<Store> {
-    Store::open(&store::default_root())
+    Store::open(&crate::state::layout::default_root())
 }
 
 fn run(cmd: Cmd) -> Result<i32> {
@@ -192,42 +114,35 @@ fn run(cmd: Cmd) -> Result<i32> {
             limits,
             command,
         } => {
-            let cfg = limits.config()?;
+            let cfg = limits.config();
             let mut req = StartRequest {
                 command: command.join(" "),
                 cwd: cwd.map(|c| c.to_string_lossy().into_owned()),
-                timeout_seconds: timeout
-                    .map(|t| parse_seconds("--timeout", &t, false))
-                    .transpose()?,
-                idle_timeout_seconds: idle_timeout
-                    .map(|t| parse_seconds("--idle-timeout", &t, false))
-                    .transpose()?,
+                timeout_seconds: timeout.map(|t| t.0),
+                idle_timeout_seconds: idle_timeout.map(|t| t.0),
                 ..Default::default()
             };
-            let wait = wait
-                .map(|w| parse_seconds("--wait", &w, true))
-                .transpose()?;
+            let wait = wait.map(|w| w.0);
             for kv in env {
                 let (k, v) = kv.split_once('=').ok_or_else(|| {
                     Error::Invalid(format!("--env {kv:?} is malformed: use NAME=value"))
                 })?;
-                launch::check_env(k, v)?;
+                spec::check_env(k, v)?;
                 req.env.insert(k.to_string(), v.to_string());
             }
             for f in &secret_files {
-                for var in crate::secrets::load_file(f)? {
+                for var in crate::os::privfile::load_file(f)? {
                     req.secrets.retain(|s| s.name != var.name);
                     req.secrets.push(var);
                 }
             }
             let store = open_store()?;
-            let persisted = persisted_env(&store)?;
-            exec(&store, &cfg, &persisted, req, wait, json)
+            exec(&store, &cfg, req, wait, json)
         }
         Cmd::Status { id: Some(id), json } => {
             let store = open_store()?;
             let id = Store::parse_id(&id)?;
-            let rec = store.load(&id)?;
+            let rec = crate::job::settle::load(&store, &id)?;
             if json {
                 print_json(&store.view(&rec));
             } else {
@@ -237,7 +152,7 @@ fn run(cmd: Cmd) -> Result<i32> {
         }
         Cmd::Status { id: None, json } => {
             let store = open_store()?;
-            let list = store.list();
+            let list = crate::job::settle::list(&store);
             if json {
                 print_json(
                     &serde_json::json!({"jobs": list.iter().map(listed_json).collect::<Vec<_>>()}),
@@ -250,7 +165,7 @@ fn run(cmd: Cmd) -> Result<i32> {
         Cmd::Logs { id, offset, follow } => {
             let store = open_store()?;
             let id = Store::parse_id(&id)?;
-            store.load(&id)?;
+            crate::job::settle::load(&store, &id)?;
             let mut off = offset;
             let stop = Arc::new(AtomicBool::new(false));
             let mut waiter = Waiter::files(&store, &id);
@@ -268,7 +183,6 @@ fn run(cmd: Cmd) -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Serve(args) => crate::api::serve_main(args),
         Cmd::Prune {
             keep_jobs,
             keep_days,
@@ -280,7 +194,11 @@ fn run(cmd: Cmd) -> Result<i32> {
                     "--keep-days must be 0 or more, got {keep_days}"
                 )));
             }
-            let removed = store.prune(keep_jobs, Duration::from_secs_f64(keep_days * 86_400.0));
+            let removed = crate::job::settle::prune(
+                &store,
+                keep_jobs,
+                Duration::from_secs_f64(keep_days * 86_400.0),
+            );
             if json {
                 print_json(&serde_json::json!({"removed": removed}));
             } else if removed.is_empty() {
@@ -293,31 +211,12 @@ fn run(cmd: Cmd) -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Supervise { .. } => unreachable!("handled in main"),
     }
-}
-
-/// The persisted env every new job starts with.
-pub fn persisted_env(store: &Store) -> Result<BTreeMap<String, String>> {
-    crate::envstore::EnvStore::open(store.root()).vars()
-}
-
-/// Parses a number of seconds from a flag; `zero_ok` allows 0.
-pub fn parse_seconds(flag: &str, s: &str, zero_ok: bool) -> Result<f64> {
-    let v: f64 = s
-        .trim()
-        .parse()
-        .map_err(|_| Error::Invalid(format!("{flag} expects a number of seconds, got {s:?}")))?;
-    if zero_ok && v == 0.0 {
-        return Ok(0.0);
-    }
-    launch::check_seconds(flag, v)
 }
 
 fn exec(
     store: &Store,
     cfg: &Config,
-    env: &BTreeMap<String, String>,
     req: StartRequest,
     wait: Option<f64>,
     json: bool,
@@ -332,9 +231,8 @@ fn exec(
     ] {
         let _ = signal_hook::flag::register(sig, Arc::clone(&interrupted));
     }
-    let (rec, events) = launch::start_watched(store, cfg, env, req)?;
-    let id = JobId::parse(&rec.id)
-        .ok_or_else(|| Error::Internal("started a job with a bad id".into()))?;
+    let (rec, events) = launch::start_watched(store, cfg, req)?;
+    let id = rec.id.clone();
     let mut waiter = match events {
         Some(e) => Waiter::Events(e),
         None => Waiter::files(store, &id),
@@ -359,7 +257,7 @@ fn exec(
             interrupted.store(true, Ordering::Relaxed);
             wait_end(store, &id, None, &interrupted, &mut waiter)?
         } else {
-            store.load(&id)?
+            crate::job::settle::load(store, &id)?
         }
     };
     if json {
@@ -393,12 +291,12 @@ enum Waiter {
     /// The change channel of a job this process started.
     Events(launch::JobEvents),
     /// Watching the job's folder.
-    Files(Option<store::Watcher>),
+    Files(Option<crate::os::watch::Watcher>),
 }
 
 impl Waiter {
     fn files(store: &Store, id: &JobId) -> Waiter {
-        Waiter::Files(store::Watcher::new(&store.job_dir(id)))
+        Waiter::Files(crate::os::watch::Watcher::new(&store.job_dir(id)))
     }
 
     fn wait(&mut self, d: Duration) {
@@ -406,7 +304,7 @@ impl Waiter {
             Waiter::Events(e) => {
                 e.wait(d);
             }
-            Waiter::Files(w) => store::nap(w.as_ref(), d),
+            Waiter::Files(w) => crate::os::watch::nap(w.as_ref(), d),
         }
     }
 }
@@ -420,7 +318,7 @@ fn wait_end(
 ) -> Result<JobRecord> {
     let mut cancel_sent = false;
     loop {
-        let rec = store.load(id)?;
+        let rec = crate::job::settle::load(store, id)?;
         let now = Instant::now();
         if rec.status.is_final() || deadline.is_some_and(|d| now >= d) {
             return Ok(rec);
@@ -438,7 +336,7 @@ fn wait_end(
 
 fn request_cancel(rec: &JobRecord) {
     if let (Some(pid), Some(start)) = (rec.supervisor_pid, rec.supervisor_start) {
-        crate::proc::signal_verified(pid, start, nix::sys::signal::Signal::SIGUSR1);
+        crate::os::proc::signal_verified(pid, start, nix::sys::signal::Signal::SIGUSR1);
     }
 }
 
@@ -457,9 +355,9 @@ fn follow_output(
     let mut cancel_sent = false;
     loop {
         // Read the record before the output: if it says "ended", all output is on disk.
-        let rec = store.load(id)?;
+        let rec = crate::job::settle::load(store, id)?;
         loop {
-            let page = store.read_page(id, *off, store::MAX_PAGE)?;
+            let page = store.read_page(id, *off, crate::state::layout::MAX_PAGE)?;
             if !page.data.is_empty() && stdout.write_all(page.data.as_bytes()).is_err() {
                 return Ok(true); // reader went away (e.g. `| head`)
             }
@@ -520,7 +418,7 @@ fn listed_json(l: &Listed) -> serde_json::Value {
 }
 
 fn since(ts: Option<&str>, until: SystemTime) -> Option<Duration> {
-    until.duration_since(crate::timefmt::parse(ts?)?).ok()
+    until.duration_since(crate::text::timefmt::parse(ts?)?).ok()
 }
 
 /// A short human duration: `850ms`, `12s`, `5m`, `3h`, `2d`.
@@ -547,7 +445,7 @@ fn print_table(list: &[Listed]) {
                 let end = r
                     .ended_at
                     .as_deref()
-                    .and_then(crate::timefmt::parse)
+                    .and_then(crate::text::timefmt::parse)
                     .unwrap_or(now);
                 let dur = since(r.started_at.as_deref(), end)
                     .map(human)
@@ -605,9 +503,9 @@ fn print_record(store: &Store, rec: &JobRecord) {
         rec.pid.map_or("-".into(), |p| p.to_string()),
         rec.pgid.map_or("-".into(), |p| p.to_string())
     );
-    let id = JobId::parse(&rec.id);
+    let id = Some(rec.id.clone());
     let bytes = if rec.status == Status::Running {
-        id.as_ref().map_or(0, |i| store.output_size(i))
+        store.output_size(&rec.id)
     } else {
         rec.output_bytes
     };

@@ -4,7 +4,7 @@ use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
+use crate::model::error::{Error, Result};
 
 /// The longest HTTP probe path, in bytes.
 pub const MAX_PATH_BYTES: usize = 2048;

@@ -1,46 +1,16 @@
-//! Job ids, statuses and the on-disk record (`job.json`), as fixed by the contract.
+//! Statuses and the on-disk record (`job.json`), as fixed by the contract.
 
 use serde::{Deserialize, Serialize};
-use std::fmt;
+
+use super::id::JobId;
 
 /// The record format this binary writes. Readers accept older versions and unknown fields.
 pub const FORMAT_VERSION: u32 = 1;
 
-/// A validated job id: `job_` + 20 lowercase hex characters. Nothing else ever reaches a path.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct JobId(String);
-
-impl JobId {
-    /// Parses an id, refusing anything that is not exactly `job_` + 20 lowercase hex.
-    pub fn parse(s: &str) -> Option<JobId> {
-        let hex = s.strip_prefix("job_")?;
-        (hex.len() == 20 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
-            .then(|| JobId(s.to_string()))
-    }
-
-    /// A fresh random id from the kernel's random source.
-    pub fn random() -> std::io::Result<JobId> {
-        let mut buf = [0u8; 10];
-        crate::proc::random_bytes(&mut buf)?;
-        Ok(JobId(format!("job_{}", hex(&buf))))
-    }
-
-    /// The id as text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for JobId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// Lowercase hex of bytes.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
+/// Why a job is `lost` when its supervisor vanished.
+pub const LOST_SUPERVISOR: &str = "its supervisor exited without recording the job's end (killed or crashed); the job's remaining processes were ended";
+/// Why a job is `lost` after a snapshot restore or reboot.
+pub const LOST_BOOT: &str = "sandbox restarted; its processes were not restored";
 
 /// A job's status, as the contract names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
@@ -109,7 +79,7 @@ pub struct JobRecord {
     /// Record format; absent in the very first format, read as 0.
     #[serde(default)]
     pub format_version: u32,
-    pub id: String,
+    pub id: JobId,
     /// The shell command, with secret values masked.
     pub command: String,
     pub cwd: String,
@@ -178,27 +148,6 @@ impl JobRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ids_are_strict() {
-        assert!(JobId::parse("job_0123456789abcdef0123").is_some());
-        for bad in [
-            "",
-            "job_",
-            "job_0123456789ABCDEF0123",
-            "job_0123456789abcdef012",
-            "job_0123456789abcdef01234",
-            "../../etc",
-            "job_0123456789abcdef012/",
-            "job_..23456789abcdef0123",
-            "job_0123456789abcdef012\0",
-            "JOB_0123456789abcdef0123",
-        ] {
-            assert!(JobId::parse(bad).is_none(), "{bad:?}");
-        }
-        let id = JobId::random().unwrap();
-        assert!(JobId::parse(id.as_str()).is_some());
-    }
 
     #[test]
     fn record_keeps_unknown_fields_and_reads_old_format() {

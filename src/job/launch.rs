@@ -5,96 +5,21 @@ use std::fs::{self, OpenOptions};
 use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
-use crate::error::{Error, Result};
-use crate::job::{FORMAT_VERSION, JobId, JobRecord, Status};
-use crate::proc;
-use crate::redact::Redactor;
-use crate::secrets::SecretVar;
-use crate::store::{self, Store};
-use crate::supervise::{LOCK_FD, Spec};
-
-/// In a job's secrets file, the line holding the real command (a JSON string) when it
-/// differs from the masked one; a `#` line, so the secrets parser skips it.
-pub const COMMAND_LINE: &str = "#command=";
-
-/// Timeouts above this many seconds are refused as absurd (a unit mistake), not clamped.
-pub const ABSURD_SECONDS: f64 = 1e9;
-
-/// The agent's limits, set by flags of `exec` and `serve`.
-#[derive(Debug, Clone)]
-pub struct Config {
-    /// Cap on any job's timeout; longer requests are clamped.
-    pub max_job_seconds: f64,
-    /// Seconds between TERM and KILL.
-    pub grace_seconds: f64,
-    /// Per-job cap on stored output.
-    pub max_output_bytes: u64,
-    /// Most jobs running at once.
-    pub max_running: usize,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            max_job_seconds: 3600.0,
-            grace_seconds: 5.0,
-            max_output_bytes: 1 << 30,
-            max_running: 256,
-        }
-    }
-}
-
-/// Everything a caller may ask of a new job.
-#[derive(Debug, Clone, Default)]
-pub struct StartRequest {
-    pub command: String,
-    pub cwd: Option<String>,
-    /// The job's own variables (they win over the persisted env).
-    pub env: BTreeMap<String, String>,
-    pub stdin: Option<Vec<u8>>,
-    pub secrets: Vec<SecretVar>,
-    pub timeout_seconds: Option<f64>,
-    pub idle_timeout_seconds: Option<f64>,
-    pub idempotency_key: Option<String>,
-}
-
-/// Checks a timeout value given in seconds; `what` names the field in errors.
-pub fn check_seconds(what: &str, v: f64) -> Result<f64> {
-    if !v.is_finite() {
-        return Err(Error::Invalid(format!(
-            "{what} must be a number of seconds, got {v}"
-        )));
-    }
-    if v <= 0.0 {
-        return Err(Error::Invalid(format!(
-            "{what} must be more than 0 seconds, got {v}"
-        )));
-    }
-    if v > ABSURD_SECONDS {
-        return Err(Error::Invalid(format!(
-            "{what} of {v} s is absurd (over {ABSURD_SECONDS} s)"
-        )));
-    }
-    Ok(v)
-}
-
-/// Checks an environment variable for a job.
-pub fn check_env(name: &str, value: &str) -> Result<()> {
-    crate::secrets::validate_name(name)?;
-    if value.contains('\0') {
-        return Err(Error::Invalid(format!(
-            "environment variable {name} holds a NUL byte"
-        )));
-    }
-    Ok(())
-}
+use super::settle;
+use super::supervisor::LOCK_FD;
+use crate::model::error::{Error, Result};
+use crate::model::spec::{COMMAND_LINE, Config, Spec, StartRequest, check_env, check_seconds};
+use crate::model::{FORMAT_VERSION, JobId, JobRecord, Status};
+use crate::os::proc;
+use crate::state::envstore::EnvStore;
+use crate::state::store::Store;
+use crate::text::redact::Redactor;
 
 /// Validates a request and resolves its working folder, before anything is written.
 fn validate(req: &StartRequest, cfg: &Config) -> Result<(String, f64, Option<f64>)> {
@@ -158,7 +83,7 @@ fn settled_running_count(store: &Store, max: usize) -> usize {
     if let Ok(dir) = fs::read_dir(store.root().join("running")) {
         for e in dir.flatten() {
             match e.file_name().to_str().and_then(JobId::parse) {
-                Some(id) => match store.load(&id) {
+                Some(id) => match settle::load(store, &id) {
                     Ok(r) if r.status == Status::Running => {}
                     _ => {
                         let _ = fs::remove_file(e.path());
@@ -173,15 +98,10 @@ fn settled_running_count(store: &Store, max: usize) -> usize {
     running_count(store)
 }
 
-/// Starts a job and returns its record once the shell runs. `persisted_env` comes first;
-/// the request's own variables win over it.
-pub fn start(
-    store: &Store,
-    cfg: &Config,
-    persisted_env: &BTreeMap<String, String>,
-    req: StartRequest,
-) -> Result<JobRecord> {
-    start_watched(store, cfg, persisted_env, req).map(|(rec, _)| rec)
+/// Starts a job and returns its record once the shell runs. The persisted env comes
+/// first; the request's own variables win over it.
+pub fn start(store: &Store, cfg: &Config, req: StartRequest) -> Result<JobRecord> {
+    start_watched(store, cfg, req).map(|(rec, _)| rec)
 }
 
 /// [`start`], also returning the job's change channel (absent when an idempotent retry
@@ -189,7 +109,6 @@ pub fn start(
 pub fn start_watched(
     store: &Store,
     cfg: &Config,
-    persisted_env: &BTreeMap<String, String>,
     req: StartRequest,
 ) -> Result<(JobRecord, Option<JobEvents>)> {
     let (cwd, timeout, idle) = validate(&req, cfg)?;
@@ -203,7 +122,7 @@ pub fn start_watched(
     if let Some(key) = &req.idempotency_key
         && let Some(id) = idempotent_lookup(store, key)?
     {
-        return Ok((store.load(&id)?, None));
+        return Ok((settle::load(store, &id)?, None));
     }
     if settled_running_count(store, cfg.max_running) >= cfg.max_running {
         return Err(Error::RateLimited(format!(
@@ -211,9 +130,12 @@ pub fn start_watched(
             cfg.max_running
         )));
     }
-    let id = JobId::random().map_err(|e| Error::io("random id", e))?;
+    let mut random = [0u8; 10];
+    crate::os::proc::random_bytes(&mut random).map_err(|e| Error::io("random id", e))?;
+    let id = JobId::from_random(random);
     let dir = store.job_dir(&id);
-    let result = create_and_spawn(store, cfg, persisted_env, &req, &id, cwd, timeout, idle);
+    let persisted_env = EnvStore::open(store.root()).vars()?;
+    let result = create_and_spawn(store, cfg, &persisted_env, &req, &id, cwd, timeout, idle);
     match result {
         Ok((rec, events)) => {
             if let Some(key) = &req.idempotency_key {
@@ -228,11 +150,11 @@ pub fn start_watched(
             // swept and the record says `lost`.
             match store.read_raw(&id) {
                 Ok(r) if r.status == Status::Running && r.pid.is_some() => {
-                    let _ = store.load(&id);
+                    let _ = settle::load(store, &id);
                 }
                 Ok(r) if r.status != Status::Running => {}
                 _ => {
-                    crate::proc::sweep_job(id.as_str(), None);
+                    crate::os::proc::sweep_job(id.as_str(), None);
                     let _ = fs::remove_dir_all(&dir);
                 }
             }
@@ -270,7 +192,7 @@ fn create_and_spawn(
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .open(dir.join(store::LOCK))
+        .open(dir.join(crate::state::layout::LOCK))
         .map_err(io("lock"))?;
     lock.lock().map_err(io("lock"))?;
 
@@ -305,8 +227,11 @@ fn create_and_spawn(
             .open(dir.join(name))?
             .write_all(data)
     };
-    private(store::SPEC, &serde_json::to_vec(&spec).unwrap_or_default())
-        .map_err(io("spec.json"))?;
+    private(
+        crate::state::layout::SPEC,
+        &serde_json::to_vec(&spec).unwrap_or_default(),
+    )
+    .map_err(io("spec.json"))?;
     if !req.secrets.is_empty() {
         let mut text = String::new();
         if masked != req.command {
@@ -315,21 +240,21 @@ fn create_and_spawn(
                 serde_json::Value::from(req.command.as_str())
             );
         }
-        text.push_str(&crate::secrets::serialize(&req.secrets));
-        private(store::SECRETS, text.as_bytes()).map_err(io("secrets file"))?;
+        text.push_str(&crate::model::secret::serialize(&req.secrets));
+        private(crate::state::layout::SECRETS, text.as_bytes()).map_err(io("secrets file"))?;
     }
     if let Some(stdin) = &req.stdin {
-        private(store::STDIN, stdin).map_err(io("stdin"))?;
+        private(crate::state::layout::STDIN, stdin).map_err(io("stdin"))?;
     }
     let rec = JobRecord {
         format_version: FORMAT_VERSION,
-        id: id.to_string(),
+        id: id.clone(),
         command: masked,
         cwd,
         status: Status::Running,
         exit_code: None,
         signal: None,
-        created_at: crate::timefmt::now(),
+        created_at: crate::text::timefmt::now(),
         started_at: None,
         ended_at: None,
         timeout_seconds: timeout,
@@ -342,26 +267,27 @@ fn create_and_spawn(
         output_dropped_bytes: 0,
         supervisor_pid: None,
         supervisor_start: None,
-        boot_id: Some(crate::sandbox::boot_id()).filter(|b| !b.is_empty()),
+        boot_id: Some(crate::state::sandbox::boot_id()).filter(|b| !b.is_empty()),
         idempotency_key: req.idempotency_key.clone(),
         grace_seconds: Some(cfg.grace_seconds),
         cgroup: None,
         extra: Default::default(),
     };
     let data = serde_json::to_vec_pretty(&rec).unwrap_or_default();
-    store::write_atomic(&dir.join(store::RECORD), &data, 0o600).map_err(io("job.json"))?;
+    crate::state::fsutil::write_atomic(&dir.join(crate::state::layout::RECORD), &data, 0o600)
+        .map_err(io("job.json"))?;
     fs::rename(&dir, store.job_dir(id)).map_err(io("folder"))?;
     fs::File::open(store.jobs_dir())
         .and_then(|d| d.sync_all())
         .map_err(io("jobs folder"))?;
     let running = store.root().join("running");
-    crate::store::ensure_private_dir(&running).map_err(io("running folder"))?;
+    crate::state::fsutil::ensure_private_dir(&running).map_err(io("running folder"))?;
     fs::write(running.join(id.as_str()), b"").map_err(io("running marker"))?;
 
     let events = spawn_supervisor(store, id, &lock)?;
     drop(lock);
     // Settles the job at once if its supervisor already died (the lock is free now).
-    Ok((store.load(id)?, events))
+    Ok((settle::load(store, id)?, events))
 }
 
 /// The supervisor's change channel for a job this process started: readable when output
@@ -417,23 +343,7 @@ fn spawn_supervisor(store: &Store, id: &JobId, lock: &fs::File) -> Result<JobEve
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
-    // SAFETY: dup2, fcntl and setsid are async-signal-safe.
-    unsafe {
-        cmd.pre_exec(move || {
-            // dup2 onto itself keeps close-on-exec, so clear it by hand in that case.
-            let r = if lock_fd == LOCK_FD {
-                libc::fcntl(LOCK_FD, libc::F_SETFD, 0)
-            } else {
-                libc::dup2(lock_fd, LOCK_FD)
-            };
-            if r < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // Its own session: a terminal's Ctrl-C or hangup never reaches the supervisor.
-            libc::setsid();
-            Ok(())
-        });
-    }
+    crate::os::spawn::as_supervisor(&mut cmd, lock_fd, LOCK_FD);
     let mut child = cmd
         .spawn()
         .map_err(|e| Error::io("starting the job's supervisor", e))?;
@@ -472,7 +382,7 @@ pub fn cancel(store: &Store, id: &JobId, wait: Duration) -> Result<JobRecord> {
     let mut deadline = Instant::now() + wait;
     let mut first = true;
     loop {
-        let rec = store.load(id)?;
+        let rec = settle::load(store, id)?;
         if first {
             // Never give up before a TERM-ignoring job could have been KILLed.
             first = false;
@@ -490,7 +400,7 @@ pub fn cancel(store: &Store, id: &JobId, wait: Duration) -> Result<JobRecord> {
             // The supervisor exits right after writing the final record: wait on its pidfd
             // (no file watching, nothing to set up or tear down), then read the record.
             sup.wait_exit(deadline.saturating_duration_since(Instant::now()));
-            return store.load(id);
+            return settle::load(store, id);
         }
         // The supervisor has not recorded itself yet (or just exited): look again.
         if Instant::now() >= deadline {
@@ -522,7 +432,8 @@ fn idem_lock(store: &Store, key: &str) -> Result<fs::File> {
     }
     let path = idem_path(store, key).with_extension("lock");
     if let Some(dir) = path.parent() {
-        store::ensure_private_dir(dir).map_err(|e| Error::io("idempotency folder", e))?;
+        crate::state::fsutil::ensure_private_dir(dir)
+            .map_err(|e| Error::io("idempotency folder", e))?;
     }
     let f = OpenOptions::new()
         .write(true)
@@ -549,5 +460,5 @@ fn idempotent_lookup(store: &Store, key: &str) -> Result<Option<JobId>> {
 
 fn idempotent_record(store: &Store, key: &str, id: &JobId) {
     let path = idem_path(store, key);
-    let _ = store::write_atomic(&path, format!("{id}\n{key}\n").as_bytes(), 0o600);
+    let _ = crate::state::fsutil::write_atomic(&path, format!("{id}\n{key}\n").as_bytes(), 0o600);
 }

@@ -10,21 +10,7 @@ use nix::sys::signal::Signal;
 
 /// Fills `buf` from the kernel's random source.
 pub fn random_bytes(buf: &mut [u8]) -> io::Result<()> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        // SAFETY: the pointer and length describe the unfilled tail of `buf`, which we own.
-        let n =
-            unsafe { libc::getrandom(buf[filled..].as_mut_ptr().cast(), buf.len() - filled, 0) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        filled += n as usize;
-    }
-    Ok(())
+    getrandom::fill(buf).map_err(|e| io::Error::other(e.to_string()))
 }
 
 /// The fields of `/proc/<pid>/stat` the agent uses.
@@ -183,10 +169,7 @@ pub fn signal_verified(pid: i32, start: u64, sig: Signal) -> bool {
 
 /// Makes this process the reaper of its orphaned descendants.
 pub fn set_child_subreaper() -> io::Result<()> {
-    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes one integer argument.
-    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    nix::sys::prctl::set_child_subreaper(true)?;
     Ok(())
 }
 
@@ -321,7 +304,7 @@ pub fn sweep_job(job_id: &str, recorded_cgroup: Option<&Path>) -> usize {
         cg.kill_all();
         cg.remove_when_empty(std::time::Duration::from_secs(2));
     }
-    let marker = format!("{}={job_id}", crate::supervise::JOB_ENV_MARKER);
+    let marker = format!("{}={job_id}", crate::model::spec::JOB_ENV_MARKER);
     for s in all_processes() {
         if s.pid <= 1 || s.pid == std::process::id() as i32 {
             continue;

@@ -1,7 +1,7 @@
 //! The output pipeline: sanitize, then redact, before a byte is stored.
 
-use crate::redact::Redactor;
-use crate::sanitize::Sanitizer;
+use crate::text::redact::Redactor;
+use crate::text::sanitize::Sanitizer;
 
 /// Sanitizer followed by redactor, streaming.
 pub struct Pipeline {
@@ -157,7 +157,7 @@ mod tests {
             // Output keeps up with input: only a bounded tail is ever held (the sanitizer's
             // line bound plus the redactor's look-behind; each marker is 7 bytes shorter).
             let behind = fed - out.len();
-            assert!(behind <= crate::sanitize::LINE_LIMIT + 64 + 7 * spots.len());
+            assert!(behind <= crate::text::sanitize::LINE_LIMIT + 64 + 7 * spots.len());
         }
         p.finish(&mut out);
         assert!(out == expected);

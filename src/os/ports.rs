@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde::Serialize;
 
-use crate::job::JobId;
+use crate::model::JobId;
 
 /// One listening TCP socket.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -154,7 +154,7 @@ fn job_from_cgroup(text: &str) -> Option<String> {
 }
 
 fn job_from_environ(environ: &[u8]) -> Option<String> {
-    let prefix = format!("{}=", crate::supervise::JOB_ENV_MARKER);
+    let prefix = format!("{}=", crate::model::spec::JOB_ENV_MARKER);
     environ.split(|&b| b == 0).find_map(|var| {
         let id = std::str::from_utf8(var.strip_prefix(prefix.as_bytes())?).ok()?;
         JobId::parse(id).map(|id| id.to_string())

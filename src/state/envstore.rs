@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
-use crate::secrets::validate_name;
+use crate::model::error::{Error, Result};
+use crate::model::secret::validate_name;
 
 /// The most variables the store holds.
 pub const MAX_VARS: usize = 64;
@@ -101,7 +101,7 @@ impl EnvStore {
                 )));
             }
         }
-        crate::store::ensure_private_dir(&self.root).map_err(|e| {
+        crate::state::fsutil::ensure_private_dir(&self.root).map_err(|e| {
             Error::io(
                 format!("cannot create the state root {}", self.root.display()),
                 e,
@@ -127,7 +127,7 @@ impl EnvStore {
         let data = serde_json::to_vec_pretty(&stored)
             .map_err(|e| Error::Internal(format!("encoding the environment: {e}")))?;
         let path = self.file();
-        crate::store::write_atomic(&path, &data, 0o600)
+        crate::state::fsutil::write_atomic(&path, &data, 0o600)
             .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
         Ok(stored.vars.into_keys().collect())
     }

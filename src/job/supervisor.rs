@@ -1,17 +1,15 @@
 //! One job's life: the supervisor process (`gitterm-agent supervise <id>`).
 //!
-//! It is started by [`crate::launch`], detaches from whoever started it, becomes the
+//! It is started by [`crate::job::launch`], detaches from whoever started it, becomes the
 //! subreaper of everything the job starts, runs `/bin/sh -c COMMAND` in a new session, pumps
 //! the output through the pipeline into `output.log`, enforces the timeouts, ends every
 //! process the job left behind, and writes the final record. It holds the job's lock for
 //! its whole life: a lock anyone else can take means the supervisor is gone.
 
-use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -21,35 +19,17 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
-use serde::{Deserialize, Serialize};
 
-use crate::job::{JobId, JobRecord, Status};
-use crate::output::Pipeline;
-use crate::proc::{self, JobCgroup};
-use crate::store::{self, Store};
+use crate::model::spec::{JOB_ENV_MARKER, Spec};
+use crate::model::{JobId, JobRecord, Status};
+use crate::os::proc::{self, JobCgroup};
+use crate::state::store::Store;
+use crate::text::pipeline::Pipeline;
 
-/// Environment variable every job process carries, naming its job (for sweeps and ports).
-pub const JOB_ENV_MARKER: &str = "GITTERM_JOB_ID";
 /// The fd on which the launcher hands the (already locked) job lock to the supervisor.
 pub const LOCK_FD: i32 = 3;
-use crate::store::RESERVE;
+use crate::state::layout::RESERVE;
 const RESERVE_BYTES: usize = 16 * 1024;
-
-/// What the launcher tells the supervisor, stored as `spec.json` (0600) in the job folder.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Spec {
-    /// The real command (the record holds a masked copy).
-    pub command: String,
-    pub cwd: String,
-    /// Variables on top of the supervisor's own environment (persisted env, then the job's).
-    pub env: BTreeMap<String, String>,
-    pub timeout_seconds: f64,
-    pub idle_timeout_seconds: Option<f64>,
-    pub grace_seconds: f64,
-    pub max_output_bytes: u64,
-    pub has_stdin: bool,
-}
 
 /// Why the job is ending.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,15 +47,10 @@ pub fn main(root: &Path, id: &str) -> i32 {
         eprintln!("supervise: malformed job id");
         return 2;
     };
-    // Whatever the caller leaked to us beyond stdio and the lock must not be held open for
-    // the job's whole life (someone may be waiting for it to close).
-    // SAFETY: close_range takes two fd bounds and flags; nothing above LOCK_FD is ours yet.
-    unsafe { libc::syscall(libc::SYS_close_range, LOCK_FD as u32 + 1, u32::MAX, 0u32) };
-    // SAFETY: the launcher placed the locked lock file on LOCK_FD; we take ownership once.
-    let lock = unsafe { File::from_raw_fd(LOCK_FD) };
-    if let Err(e) = set_cloexec(&lock) {
-        return report_failure(&format!("lock fd: {e}"));
-    }
+    let lock = match crate::os::spawn::adopt_inherited_fd(LOCK_FD) {
+        Ok(l) => l,
+        Err(e) => return report_failure(&format!("lock fd: {e}")),
+    };
     let store = match Store::open(root) {
         Ok(s) => s,
         Err(e) => return report_failure(&e.to_string()),
@@ -83,10 +58,9 @@ pub fn main(root: &Path, id: &str) -> i32 {
     // Detach: the launcher waits for this first process only until the fork, so neither a
     // CLI nor the server ever keeps a zombie supervisor. The daemon is reparented to the
     // nearest subreaper (or init).
-    // SAFETY: single-threaded at this point; the child only continues normal Rust code.
-    match unsafe { nix::unistd::fork() } {
-        Ok(nix::unistd::ForkResult::Parent { .. }) => return 0,
-        Ok(nix::unistd::ForkResult::Child) => {}
+    match crate::os::spawn::fork_detached() {
+        Ok(false) => return 0,
+        Ok(true) => {}
         Err(e) => return report_failure(&format!("fork: {e}")),
     }
     let code = match Supervisor::start(&store, &id) {
@@ -123,10 +97,7 @@ fn ready_line(s: &str) {
 /// watching files (closing an inotify instance can cost milliseconds).
 fn events_pipe() -> Option<File> {
     use nix::fcntl::{FcntlArg, OFlag, fcntl};
-    let out = io::stdout();
-    let raw = fcntl(out.as_fd(), FcntlArg::F_DUPFD_CLOEXEC(3)).ok()?;
-    // SAFETY: F_DUPFD_CLOEXEC returned a new fd that nothing else owns.
-    let file = unsafe { File::from_raw_fd(raw) };
+    let file = File::from(io::stdout().as_fd().try_clone_to_owned().ok()?);
     fcntl(&file, FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).ok()?;
     Some(file)
 }
@@ -139,18 +110,15 @@ fn detach_stdio() {
     }
 }
 
-fn set_cloexec(f: &impl AsRawFd) -> io::Result<()> {
-    use nix::fcntl::{FcntlArg, FdFlag, fcntl};
-    // SAFETY: the fd is open for the life of `f`.
-    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(f.as_raw_fd()) };
-    fcntl(fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)).map_err(io::Error::from)?;
-    Ok(())
-}
-
 /// Records a job that could not be started at all.
 fn fail_record(store: &Store, id: &JobId, msg: &str) {
     if let Ok(mut rec) = store.read_raw(id) {
-        for f in [store::SECRETS, store::SPEC, store::STDIN, RESERVE] {
+        for f in [
+            crate::state::layout::SECRETS,
+            crate::state::layout::SPEC,
+            crate::state::layout::STDIN,
+            RESERVE,
+        ] {
             let _ = fs::remove_file(store.job_dir(id).join(f));
         }
         if let Some(cg) = JobCgroup::existing(id.as_str()) {
@@ -158,7 +126,7 @@ fn fail_record(store: &Store, id: &JobId, msg: &str) {
         }
         rec.status = Status::Failed;
         rec.reason = Some(format!("the agent could not start the job: {msg}"));
-        rec.ended_at = Some(crate::timefmt::now());
+        rec.ended_at = Some(crate::text::timefmt::now());
         let _ = store.write_record(&rec);
         let _ = fs::remove_file(store.root().join("running").join(id.as_str()));
     }
@@ -183,21 +151,22 @@ impl Supervisor {
         let dir = store.job_dir(id);
         let rec = store.read_raw(id).map_err(|e| e.to_string())?;
         let spec: Spec = serde_json::from_slice(
-            &fs::read(dir.join(store::SPEC)).map_err(|e| format!("spec.json: {e}"))?,
+            &fs::read(dir.join(crate::state::layout::SPEC))
+                .map_err(|e| format!("spec.json: {e}"))?,
         )
         .map_err(|e| format!("spec.json: {e}"))?;
         let mut spec = spec;
-        let secrets = match fs::read_to_string(dir.join(store::SECRETS)) {
+        let secrets = match fs::read_to_string(dir.join(crate::state::layout::SECRETS)) {
             Ok(t) => {
                 if let Some(raw) = t
                     .lines()
                     .next()
-                    .and_then(|l| l.strip_prefix(crate::launch::COMMAND_LINE))
+                    .and_then(|l| l.strip_prefix(crate::model::spec::COMMAND_LINE))
                 {
                     spec.command =
                         serde_json::from_str(raw).map_err(|e| format!("secrets file: {e}"))?;
                 }
-                crate::secrets::parse(&t).map_err(|e| format!("secrets file: {e}"))?
+                crate::model::secret::parse(&t).map_err(|e| format!("secrets file: {e}"))?
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(format!("secrets file: {e}")),
@@ -228,7 +197,7 @@ impl Supervisor {
             .append(true)
             .mode(0o600)
             .custom_flags(libc::O_CLOEXEC)
-            .open(dir.join(store::OUTPUT))
+            .open(dir.join(crate::state::layout::OUTPUT))
             .map_err(|e| format!("output.log: {e}"))?;
         let _ = OpenOptions::new()
             .write(true)
@@ -239,19 +208,16 @@ impl Supervisor {
             .and_then(|mut f| f.write_all(&[0u8; RESERVE_BYTES]));
 
         let stdin = if spec.has_stdin {
-            Stdio::from(File::open(dir.join(store::STDIN)).map_err(|e| format!("stdin file: {e}"))?)
+            Stdio::from(
+                File::open(dir.join(crate::state::layout::STDIN))
+                    .map_err(|e| format!("stdin file: {e}"))?,
+            )
         } else {
             Stdio::null()
         };
         let (reader, writer) = io::pipe().map_err(|e| format!("pipe: {e}"))?;
-        // A bigger pipe means fewer wake-ups when a job floods its output; non-blocking so
-        // the last drain cannot hang on a writer outside the job's tree.
-        // SAFETY: fcntl on a pipe fd we own.
-        unsafe {
-            libc::fcntl(reader.as_raw_fd(), libc::F_SETPIPE_SZ, 1 << 20);
-            let fl = libc::fcntl(reader.as_raw_fd(), libc::F_GETFL);
-            libc::fcntl(reader.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK);
-        }
+        // Non-blocking, so the last drain cannot hang on a writer outside the job's tree.
+        crate::os::spawn::tune_pipe_reader(&reader).map_err(|e| format!("pipe: {e}"))?;
         let cgroup = JobCgroup::create(id.as_str());
         let cg_procs = cgroup.as_ref().and_then(|c| {
             OpenOptions::new()
@@ -275,29 +241,7 @@ impl Supervisor {
         for s in &secrets {
             cmd.env(&s.name, s.value.expose());
         }
-        // SAFETY: only async-signal-safe calls (sigprocmask, setsid, prctl, write, getppid, kill) run
-        // between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                // The supervisor blocks the signals it reads through its signalfd; the job
-                // must start with none blocked.
-                let mut empty: libc::sigset_t = std::mem::zeroed();
-                libc::sigemptyset(&mut empty);
-                libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-                if libc::setsid() < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                // The shell must not outlive its supervisor.
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-                if libc::getppid() != me {
-                    libc::kill(libc::getpid(), libc::SIGKILL);
-                }
-                if let Some(fd) = cg_fd {
-                    libc::write(fd, b"0".as_ptr().cast(), 1);
-                }
-                Ok(())
-            });
-        }
+        crate::os::spawn::as_job(&mut cmd, me, cg_fd);
         let child = cmd
             .spawn()
             .map_err(|e| format!("could not run /bin/sh: {e}"))?;
@@ -310,7 +254,7 @@ impl Supervisor {
         let mut rec = rec;
         rec.pid = Some(shell);
         rec.pgid = Some(shell);
-        rec.started_at = Some(crate::timefmt::now());
+        rec.started_at = Some(crate::text::timefmt::now());
         rec.supervisor_pid = Some(me);
         rec.supervisor_start = proc::stat(me).map(|s| s.start);
         rec.cgroup = cgroup
@@ -471,18 +415,11 @@ impl Supervisor {
     /// Reads once from the pipe; `Some(0)` at EOF, `None` when nothing was there.
     fn read_pipe(&mut self, buf: &mut [u8]) -> Option<usize> {
         let pipe = self.pipe.as_ref()?;
-        // SAFETY: reading into a buffer we own from an fd we own.
-        let n = unsafe { libc::read(pipe.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::Interrupted
-                || e.kind() == io::ErrorKind::WouldBlock
-            {
-                None
-            } else {
-                Some(0)
-            };
-        }
+        let n = match nix::unistd::read(pipe, buf) {
+            Ok(n) => n,
+            Err(nix::errno::Errno::EINTR | nix::errno::Errno::EAGAIN) => return None,
+            Err(_) => return Some(0),
+        };
         let n = n as usize;
         if n > 0 {
             let mut chunk = self.sink.buffer();
@@ -566,16 +503,16 @@ impl Supervisor {
             Sink::Inline(st) => (st.written, st.dropped, st.write_error.clone()),
             // The writer thread died: what it stored is on disk, the rest is unknown.
             _ => (
-                fs::metadata(dir.join(store::OUTPUT))
+                fs::metadata(dir.join(crate::state::layout::OUTPUT))
                     .map(|m| m.len())
                     .unwrap_or(0),
                 1,
                 Some("the output writer failed; later output was not stored".to_string()),
             ),
         };
-        let _ = fs::remove_file(dir.join(store::SECRETS));
-        let _ = fs::remove_file(dir.join(store::STDIN));
-        let _ = fs::remove_file(dir.join(store::SPEC));
+        let _ = fs::remove_file(dir.join(crate::state::layout::SECRETS));
+        let _ = fs::remove_file(dir.join(crate::state::layout::STDIN));
+        let _ = fs::remove_file(dir.join(crate::state::layout::SPEC));
         let (code, signal) = match shell {
             Some(WaitStatus::Exited(_, c)) => (Some(c), None),
             Some(WaitStatus::Signaled(_, s, _)) => (None, Some(s.as_str().to_string())),
@@ -616,7 +553,7 @@ impl Supervisor {
         }
         rec.reason = (!reasons.is_empty()).then(|| reasons.join("; "));
         rec.output_bytes = written;
-        rec.ended_at = Some(crate::timefmt::now());
+        rec.ended_at = Some(crate::text::timefmt::now());
         // Before the final record: whoever sees the job ended must not then be refused a
         // new start because this one still counts as running.
         let _ = fs::remove_file(self.store.root().join("running").join(self.id.as_str()));

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::model::error::{Error, Result};
 
 /// Names a file to read the boot id from instead of the kernel's, so tests can fake a
 /// snapshot restore.
@@ -61,7 +61,7 @@ pub fn record_start(root: &Path) -> Result<SandboxStart> {
 
 /// [`record_start`] for a given boot id (tests pass fake ones). An unreadable or corrupt
 /// record counts as no previous start; an empty boot id (unknown) never counts as a resume,
-/// as with [`crate::store::Store::load`].
+/// as with [`crate::state::store::Store::load`].
 pub fn record_start_with(root: &Path, boot_id: &str) -> Result<SandboxStart> {
     let path = root.join(RECORD);
     let previous_boot_id = std::fs::read(&path)
@@ -75,7 +75,7 @@ pub fn record_start_with(root: &Path, boot_id: &str) -> Result<SandboxStart> {
         boot_id: boot_id.to_string(),
         previous_boot_id,
         resumed,
-        agent_started_at: crate::timefmt::now(),
+        agent_started_at: crate::text::timefmt::now(),
     };
     let record = Record {
         boot_id: start.boot_id.clone(),
@@ -83,13 +83,13 @@ pub fn record_start_with(root: &Path, boot_id: &str) -> Result<SandboxStart> {
     };
     let data = serde_json::to_vec_pretty(&record)
         .map_err(|e| Error::Internal(format!("encoding {}: {e}", path.display())))?;
-    crate::store::ensure_private_dir(root).map_err(|e| {
+    crate::state::fsutil::ensure_private_dir(root).map_err(|e| {
         Error::io(
             format!("cannot create the state root {}", root.display()),
             e,
         )
     })?;
-    crate::store::write_atomic(&path, &data, 0o600)
+    crate::state::fsutil::write_atomic(&path, &data, 0o600)
         .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
     Ok(start)
 }
@@ -105,7 +105,7 @@ mod tests {
         let first = record_start_with(d.path(), "boot-a").unwrap();
         assert_eq!(first.previous_boot_id, None);
         assert!(!first.resumed);
-        assert!(crate::timefmt::parse(&first.agent_started_at).is_some());
+        assert!(crate::text::timefmt::parse(&first.agent_started_at).is_some());
 
         let again = record_start_with(d.path(), "boot-a").unwrap();
         assert_eq!(again.previous_boot_id.as_deref(), Some("boot-a"));

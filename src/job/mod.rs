@@ -1,0 +1,6 @@
+//! One job's life: starting it, its supervisor, cancelling it, and settling a job whose
+//! supervisor is gone.
+
+pub mod launch;
+pub mod settle;
+pub mod supervisor;

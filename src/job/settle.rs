@@ -1,0 +1,177 @@
+//! Reading jobs as they are: a `running` record whose supervisor is gone (or whose boot is
+//! over) becomes `lost`, and whatever the job left behind is ended. Every reader goes
+//! through here, so they all agree; pruning reads the settled list.
+
+use std::fs::{self, File};
+use std::io;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::model::error::{Error, Result};
+use crate::model::record::{LOST_BOOT, LOST_SUPERVISOR};
+use crate::model::{JobId, JobRecord, Status};
+use crate::state::layout::*;
+use crate::state::store::{Listed, Store};
+
+/// Reads a record and settles a `running` one whose supervisor is gone (or whose boot
+/// is over) into `lost`, ending whatever the job left behind.
+pub fn load(store: &Store, id: &JobId) -> Result<JobRecord> {
+    let mut rec = store.read_raw(id)?;
+    if rec.status != Status::Running {
+        return Ok(rec);
+    }
+    let stale_boot = match (&rec.boot_id, crate::state::sandbox::boot_id()) {
+        (Some(then), now) => !now.is_empty() && *then != now,
+        _ => false,
+    };
+    let lock_path = store.job_dir(id).join(LOCK);
+    // Read-only: a writable open would wake every inotify watcher of the folder.
+    // The lock decides; the boot id only names the reason. A lock we cannot even open
+    // (out of fds, say) proves nothing, so the job stays as recorded.
+    let _lock = match File::open(&lock_path) {
+        Ok(l) => match l.try_lock() {
+            Ok(()) => Some(l),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                // Held by the supervisor (really running), or by another reader that
+                // is settling a job whose supervisor is gone: then wait for its verdict,
+                // so every reader agrees (a prune must not see "running" meanwhile).
+                let supervisor_alive = match (rec.supervisor_pid, rec.supervisor_start) {
+                    (Some(pid), Some(start)) => {
+                        crate::os::proc::stat(pid).is_some_and(|s| s.start == start)
+                    }
+                    _ => true, // still starting: the launcher holds the lock
+                };
+                if supervisor_alive || l.lock().is_err() {
+                    return Ok(rec);
+                }
+                Some(l)
+            }
+            Err(_) => return Ok(rec),
+        },
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(_) => return Ok(rec),
+    };
+    // Re-read under the lock: the supervisor may have written its final record just
+    // before it exited.
+    rec = store.read_raw(id)?;
+    if rec.status != Status::Running {
+        return Ok(rec);
+    }
+    if !stale_boot {
+        crate::os::proc::sweep_job(id.as_str(), rec.cgroup.as_deref().map(Path::new));
+    }
+    for f in [SECRETS, SPEC, STDIN, RESERVE] {
+        let _ = fs::remove_file(store.job_dir(id).join(f));
+    }
+    let _ = fs::remove_file(store.root().join("running").join(id.as_str()));
+    rec.status = Status::Lost;
+    rec.reason = Some(
+        if stale_boot {
+            LOST_BOOT
+        } else {
+            LOST_SUPERVISOR
+        }
+        .to_string(),
+    );
+    rec.ended_at = Some(crate::text::timefmt::now());
+    rec.output_bytes = store.output_size(id);
+    store
+        .write_record(&rec)
+        .map_err(|e| Error::io(format!("recording job {id} as lost"), e))?;
+    Ok(rec)
+}
+
+/// Every job, newest first; unreadable records are listed as corrupt.
+pub fn list(store: &Store) -> Vec<Listed> {
+    let Ok(dir) = fs::read_dir(store.jobs_dir()) else {
+        return Vec::new();
+    };
+    let mut out: Vec<Listed> = dir
+        .filter_map(|e| {
+            let name = e.ok()?.file_name();
+            let id = JobId::parse(name.to_str()?)?;
+            Some(match load(store, &id) {
+                Ok(r) => Listed::Job(Box::new(r)),
+                Err(Error::NotFound(_)) => return None, // pruned meanwhile
+                Err(e) => Listed::Corrupt {
+                    id: id.to_string(),
+                    error: e.to_string(),
+                },
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| match (a, b) {
+        (Listed::Job(a), Listed::Job(b)) => b.created_at.cmp(&a.created_at).then(a.id.cmp(&b.id)),
+        (Listed::Job(_), Listed::Corrupt { .. }) => std::cmp::Ordering::Less,
+        (Listed::Corrupt { .. }, Listed::Job(_)) => std::cmp::Ordering::Greater,
+        (Listed::Corrupt { id: a, .. }, Listed::Corrupt { id: b, .. }) => a.cmp(b),
+    });
+    out
+}
+
+/// Removes ended jobs beyond the newest `keep_jobs` and those that ended more than
+/// `keep_for` ago, oldest first; never a running one. Returns the removed ids.
+pub fn prune(store: &Store, keep_jobs: usize, keep_for: Duration) -> Vec<String> {
+    let now = std::time::SystemTime::now();
+    let mut ended: Vec<JobRecord> = list(store)
+        .into_iter()
+        .filter_map(|l| match l {
+            Listed::Job(r) if r.status.is_final() => Some(*r),
+            _ => None,
+        })
+        .collect();
+    let key = |r: &JobRecord| r.ended_at.clone().unwrap_or_else(|| r.created_at.clone());
+    ended.sort_by_key(|r| std::cmp::Reverse(key(r)));
+    let mut removed = Vec::new();
+    for (i, r) in ended.iter().enumerate() {
+        let age = crate::text::timefmt::parse(&key(r)).and_then(|t| now.duration_since(t).ok());
+        if (i >= keep_jobs || age.is_some_and(|a| a > keep_for))
+            && fs::remove_dir_all(store.job_dir(&r.id)).is_ok()
+        {
+            removed.push(r.id.to_string());
+        }
+    }
+    removed.reverse();
+    // Idempotency keys of jobs that are gone (their lock files once the key is an hour
+    // old): a retry after that starts a new job, as it would after pruning.
+    if let Ok(dir) = fs::read_dir(store.root().join("idempotency")) {
+        for e in dir.flatten() {
+            let path = e.path();
+            let old = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| now.duration_since(t).ok());
+            let gone = match path.extension() {
+                Some(x) if x == "lock" => {
+                    old.is_some_and(|a| a > Duration::from_secs(3600))
+                        && !path.with_extension("").exists()
+                }
+                _ => fs::read_to_string(&path)
+                    .ok()
+                    .and_then(|t| t.lines().next().and_then(JobId::parse))
+                    .is_none_or(|id| !store.job_dir(&id).exists()),
+            };
+            if gone {
+                let _ = fs::remove_file(&path);
+            }
+        }
+    }
+    // Folders of starts that died half-way (see launch::staging_dir) hold nothing
+    // anyone can read; clear them once they are clearly abandoned.
+    if let Ok(dir) = fs::read_dir(store.jobs_dir()) {
+        for e in dir.flatten() {
+            let stale = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| now.duration_since(t).ok());
+            if e.file_name().to_string_lossy().starts_with(".new-job_")
+                && stale.is_some_and(|a| a > Duration::from_secs(3600))
+            {
+                let _ = fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    removed
+}

@@ -1,0 +1,11 @@
+//! Pure data: ids, records, specs, requests, limits and errors. Nothing here does I/O.
+
+pub mod error;
+pub mod id;
+pub mod limits;
+pub mod record;
+pub mod secret;
+pub mod spec;
+
+pub use id::JobId;
+pub use record::{FORMAT_VERSION, JobRecord, Status};

@@ -1,0 +1,11 @@
+//! The kernel: processes, pidfds, cgroups, polling, sockets. The only layer allowed
+//! `unsafe`, each block with the reason it is sound.
+
+#![allow(unsafe_code)]
+
+pub mod ports;
+pub mod privfile;
+pub mod probe;
+pub mod proc;
+pub mod spawn;
+pub mod watch;

@@ -1,0 +1,36 @@
+//! Where everything lives under the state root: one place names every file and folder.
+
+use std::path::PathBuf;
+
+/// Bytes of output returned as a job's `output` tail.
+pub const TAIL_BYTES: u64 = 8 * 1024;
+/// The largest output page.
+pub const MAX_PAGE: usize = 64 * 1024;
+
+/// File names inside a job folder.
+pub const RECORD: &str = "job.json";
+pub const OUTPUT: &str = "output.log";
+pub const LOCK: &str = "lock";
+pub const SPEC: &str = "spec.json";
+pub const SECRETS: &str = "secrets.env";
+pub const STDIN: &str = "stdin";
+/// Room kept in a job folder so the final record lands even on a full disk.
+pub const RESERVE: &str = ".reserve";
+
+/// Under the root: one empty file per running job, so a start counts them cheaply.
+pub const RUNNING_DIR: &str = "running";
+/// Under the root: one file per idempotency key.
+pub const IDEMPOTENCY_DIR: &str = "idempotency";
+/// Prefix of a job folder still being assembled (renamed into place whole).
+pub const STAGING_PREFIX: &str = ".new-";
+
+/// The state root: `$GITTERM_HOME`, else `$HOME/.gitterm`.
+pub fn default_root() -> PathBuf {
+    if let Some(h) = std::env::var_os("GITTERM_HOME").filter(|h| !h.is_empty()) {
+        return PathBuf::from(h);
+    }
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "/root".into());
+    PathBuf::from(home).join(".gitterm")
+}

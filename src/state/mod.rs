@@ -1,0 +1,8 @@
+//! The state root on disk: where every file lives, atomic writes, records, the
+//! persisted env and the sandbox record. Nothing here signals a process.
+
+pub mod envstore;
+pub mod fsutil;
+pub mod layout;
+pub mod sandbox;
+pub mod store;

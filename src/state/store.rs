@@ -1,0 +1,208 @@
+//! Job folders as stored: reading and writing records, listing ids, and reading output
+//! (tail and pages). Settling a record whose supervisor is gone is a step above, in
+//! `job::settle`.
+
+use std::fs::{self, File};
+use std::io::{self, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use crate::model::error::{Error, Result};
+use crate::model::{JobId, JobRecord, Status};
+use crate::text::utf8::{leading_continuations, truncate, utf8_window};
+
+use super::fsutil::{ensure_private_dir, write_atomic};
+use super::layout::*;
+
+/// One entry of a listing: a record, or a folder whose record cannot be read.
+#[derive(Debug, Clone)]
+pub enum Listed {
+    Job(Box<JobRecord>),
+    Corrupt { id: String, error: String },
+}
+
+/// A page of output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page {
+    pub offset: u64,
+    pub next_offset: u64,
+    pub data: String,
+    pub eof: bool,
+}
+
+/// Handle on a state root.
+#[derive(Debug, Clone)]
+pub struct Store {
+    root: PathBuf,
+}
+
+impl Store {
+    /// Opens (creating, 0700) the state root and its `jobs` folder.
+    pub fn open(root: &Path) -> Result<Store> {
+        let root = if root.is_absolute() {
+            root.to_path_buf()
+        } else {
+            std::env::current_dir()
+                .map_err(|e| Error::io("current folder", e))?
+                .join(root)
+        };
+        ensure_private_dir(&root.join("jobs")).map_err(|e| {
+            Error::io(
+                format!("cannot create the state root {}", root.display()),
+                e,
+            )
+        })?;
+        ensure_private_dir(&root)
+            .map_err(|e| Error::io(format!("state root {}", root.display()), e))?;
+        Ok(Store { root })
+    }
+
+    /// The state root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `<root>/jobs`.
+    pub fn jobs_dir(&self) -> PathBuf {
+        self.root.join("jobs")
+    }
+
+    /// `<root>/jobs/<id>`.
+    pub fn job_dir(&self, id: &JobId) -> PathBuf {
+        self.jobs_dir().join(id.as_str())
+    }
+
+    /// Parses an id given by a caller; malformed ids are "not found" and touch nothing.
+    pub fn parse_id(s: &str) -> Result<JobId> {
+        JobId::parse(s).ok_or_else(|| {
+            Error::NotFound(format!(
+                "no job {:?}: ids are job_ followed by 20 lowercase hex characters",
+                truncate(s, 64)
+            ))
+        })
+    }
+
+    /// Writes a job's record atomically.
+    pub fn write_record(&self, rec: &JobRecord) -> io::Result<()> {
+        let data = serde_json::to_vec_pretty(rec).map_err(io::Error::other)?;
+        write_atomic(&self.job_dir(&rec.id).join(RECORD), &data, 0o600)
+    }
+
+    /// Reads a record as stored, without any liveness check.
+    pub fn read_raw(&self, id: &JobId) -> Result<JobRecord> {
+        let dir = self.job_dir(id);
+        let bytes = match fs::read(dir.join(RECORD)) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(if dir.is_dir() {
+                    Error::Internal(format!("job {id} is corrupt: its folder has no job.json"))
+                } else {
+                    Error::NotFound(format!("no job {id}"))
+                });
+            }
+            Err(e) => return Err(Error::io(format!("reading job {id}"), e)),
+        };
+        serde_json::from_slice::<JobRecord>(&bytes).map_err(|e| {
+            Error::Internal(format!(
+                "job {id} is corrupt: job.json does not parse ({e})"
+            ))
+        })
+    }
+
+    /// The ids of every job folder (not those still being assembled), in no order.
+    pub fn ids(&self) -> Vec<JobId> {
+        let Ok(dir) = fs::read_dir(self.jobs_dir()) else {
+            return Vec::new();
+        };
+        dir.filter_map(|e| JobId::parse(e.ok()?.file_name().to_str()?))
+            .collect()
+    }
+
+    /// Bytes stored in output.log so far.
+    pub fn output_size(&self, id: &JobId) -> u64 {
+        fs::metadata(self.job_dir(id).join(OUTPUT))
+            .map(|m| m.len())
+            .unwrap_or(0)
+    }
+
+    /// The last [`TAIL_BYTES`] of output, starting on a character boundary.
+    pub fn tail(&self, id: &JobId) -> String {
+        let Ok(mut f) = File::open(self.job_dir(id).join(OUTPUT)) else {
+            return String::new();
+        };
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        let start = len.saturating_sub(TAIL_BYTES);
+        let mut buf = Vec::new();
+        if f.seek(SeekFrom::Start(start)).is_err()
+            || f.take(TAIL_BYTES).read_to_end(&mut buf).is_err()
+        {
+            return String::new();
+        }
+        let skip = if start > 0 {
+            leading_continuations(&buf)
+        } else {
+            0
+        };
+        String::from_utf8_lossy(&buf[skip..]).into_owned()
+    }
+
+    /// The job's record plus its output tail, in the one JSON shape of the contract.
+    pub fn view(&self, rec: &JobRecord) -> serde_json::Value {
+        let mut rec = rec.clone();
+        if rec.status == Status::Running {
+            rec.output_bytes = self.output_size(&rec.id);
+        }
+        rec.view(self.tail(&rec.id))
+    }
+
+    /// Reads a page of output: at most `limit` bytes from `offset`, cut on a character
+    /// boundary (but always at least one whole character when there is one).
+    pub fn read_page(&self, id: &JobId, offset: u64, limit: usize) -> Result<Page> {
+        if limit == 0 || limit > MAX_PAGE {
+            return Err(Error::Invalid(format!(
+                "limit must be between 1 and {MAX_PAGE}, got {limit}"
+            )));
+        }
+        let path = self.job_dir(id).join(OUTPUT);
+        let mut f = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                self.read_raw(id)?;
+                return if offset == 0 {
+                    Ok(Page {
+                        offset,
+                        next_offset: 0,
+                        data: String::new(),
+                        eof: true,
+                    })
+                } else {
+                    Err(Error::Invalid(format!(
+                        "offset {offset} is past the end of the output (0 bytes)"
+                    )))
+                };
+            }
+            Err(e) => return Err(Error::io(format!("reading the output of {id}"), e)),
+        };
+        let len = f.metadata().map_err(|e| Error::io("output.log", e))?.len();
+        if offset > len {
+            return Err(Error::Invalid(format!(
+                "offset {offset} is past the end of the output ({len} bytes)"
+            )));
+        }
+        f.seek(SeekFrom::Start(offset))
+            .map_err(|e| Error::io("output.log", e))?;
+        let mut buf = Vec::with_capacity(limit.min((len - offset) as usize) + 3);
+        Read::by_ref(&mut f)
+            .take(limit as u64 + 3)
+            .read_to_end(&mut buf)
+            .map_err(|e| Error::io("output.log", e))?;
+        let (skip, take) = utf8_window(&buf, limit);
+        let data = String::from_utf8_lossy(&buf[skip..take]).into_owned();
+        let next = offset + take as u64;
+        Ok(Page {
+            offset: offset + skip as u64,
+            next_offset: next,
+            data,
+            eof: next >= len,
+        })
+    }
+}
