@@ -336,7 +336,7 @@ fn wait_end(
 
 fn request_cancel(rec: &JobRecord) {
     if let (Some(pid), Some(start)) = (rec.supervisor_pid, rec.supervisor_start) {
-        crate::os::proc::signal_verified(pid, start, nix::sys::signal::Signal::SIGUSR1);
+        crate::os::pidfd::signal_verified(pid, start, nix::sys::signal::Signal::SIGUSR1);
     }
 }
 

@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
-use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
@@ -11,13 +10,16 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
+pub use super::handshake::JobEvents;
+use super::handshake::{LOCK_FD, Ready};
 use super::settle;
-use super::supervisor::LOCK_FD;
 use crate::model::error::{Error, Result};
-use crate::model::spec::{COMMAND_LINE, Config, Spec, StartRequest, check_env, check_seconds};
+use crate::model::spec::{
+    COMMAND_LINE, Config, MAX_ARG_BYTES, Spec, StartRequest, check_env, check_seconds,
+};
 use crate::model::{FORMAT_VERSION, JobId, JobRecord, Status};
-use crate::os::proc;
 use crate::state::envstore::EnvStore;
+use crate::state::idempotency::{self, Earlier};
 use crate::state::store::Store;
 use crate::text::redact::Redactor;
 
@@ -30,6 +32,13 @@ fn validate(req: &StartRequest, cfg: &Config) -> Result<(String, f64, Option<f64
     }
     if req.command.contains('\0') {
         return Err(Error::Invalid("command holds a NUL byte".into()));
+    }
+    if req.command.len() > MAX_ARG_BYTES {
+        return Err(Error::Invalid(format!(
+            "command is {} bytes; the kernel passes at most {MAX_ARG_BYTES} bytes in one \
+             argument: send a long script as stdin (run `sh -s`) or write it to a file",
+            req.command.len()
+        )));
     }
     for (k, v) in &req.env {
         check_env(k, v)?;
@@ -114,15 +123,22 @@ pub fn start_watched(
     let (cwd, timeout, idle) = validate(&req, cfg)?;
     // Held until the job is recorded under its key, so two retries racing each other
     // still start one job.
-    let _key_lock = req
-        .idempotency_key
-        .as_deref()
-        .map(|k| idem_lock(store, k))
-        .transpose()?;
-    if let Some(key) = &req.idempotency_key
-        && let Some(id) = idempotent_lookup(store, key)?
-    {
-        return Ok((settle::load(store, &id)?, None));
+    let fingerprint = req.fingerprint();
+    let key_lock = match req.idempotency_key.as_deref() {
+        Some(k) => Some((k, idempotency::lock(store, k)?)),
+        None => None,
+    };
+    if let Some((key, lock)) = &key_lock {
+        match idempotency::lookup(store, lock, key, fingerprint) {
+            Earlier::None => {}
+            Earlier::Same(id) => return Ok((settle::load(store, &id)?, None)),
+            Earlier::Different(id) => {
+                return Err(Error::Conflict(format!(
+                    "Idempotency-Key {key:?} was already used for job {id} with a different \
+                     request; send the same request to get that job, or use a new key"
+                )));
+            }
+        }
     }
     if settled_running_count(store, cfg.max_running) >= cfg.max_running {
         return Err(Error::RateLimited(format!(
@@ -138,8 +154,8 @@ pub fn start_watched(
     let result = create_and_spawn(store, cfg, &persisted_env, &req, &id, cwd, timeout, idle);
     match result {
         Ok((rec, events)) => {
-            if let Some(key) = &req.idempotency_key {
-                idempotent_record(store, key, &id);
+            if let Some((key, lock)) = &key_lock {
+                idempotency::record(store, lock, key, &id, fingerprint);
             }
             Ok((rec, Some(events)))
         }
@@ -290,44 +306,6 @@ fn create_and_spawn(
     Ok((settle::load(store, id)?, events))
 }
 
-/// The supervisor's change channel for a job this process started: readable when output
-/// was stored, at EOF once the final record is written.
-pub struct JobEvents {
-    pipe: Option<std::process::ChildStdout>,
-}
-
-impl JobEvents {
-    /// Waits up to `timeout` for something to happen; false if nothing did. After the end
-    /// (or if the channel broke) it returns true at once, so callers re-read the record.
-    pub fn wait(&mut self, timeout: Duration) -> bool {
-        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-        use std::io::Read;
-        use std::os::fd::AsFd;
-        let Some(pipe) = &mut self.pipe else {
-            return true;
-        };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        let mut fds = [PollFd::new(pipe.as_fd(), PollFlags::POLLIN)];
-        match poll(
-            &mut fds,
-            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
-        ) {
-            Ok(0) => false,
-            Ok(_) => {
-                let mut buf = [0u8; 4096];
-                if !matches!(pipe.read(&mut buf), Ok(n) if n > 0) {
-                    self.pipe = None;
-                }
-                true
-            }
-            Err(_) => {
-                self.pipe = None;
-                true
-            }
-        }
-    }
-}
-
 /// Where a job's folder is assembled before it is renamed into place.
 pub fn staging_dir(store: &Store, id: &JobId) -> std::path::PathBuf {
     store.jobs_dir().join(format!(".new-{id}"))
@@ -347,31 +325,24 @@ fn spawn_supervisor(store: &Store, id: &JobId, lock: &fs::File) -> Result<JobEve
     let mut child = cmd
         .spawn()
         .map_err(|e| Error::io("starting the job's supervisor", e))?;
-    // Unbuffered, byte by byte: what follows the line belongs to the change channel.
     let mut out = child.stdout.take();
-    let mut line = Vec::new();
-    if let Some(o) = &mut out {
-        let mut b = [0u8];
-        while line.len() < 4096 && matches!(o.read(&mut b), Ok(1)) && b[0] != b'\n' {
-            line.push(b[0]);
-        }
-    }
+    let ready = match &mut out {
+        Some(o) => Ready::receive(o),
+        None => Ready::Err("no channel to the supervisor".into()),
+    };
     // The first process exits right after forking the real supervisor; if a PID-1 reaper
     // got to it first, the status is simply gone, which is fine.
     let _ = child.wait();
-    let line = String::from_utf8_lossy(&line);
-    if line == "ok" {
-        return Ok(JobEvents { pipe: out });
-    }
-    let msg = line
-        .strip_prefix("err ")
-        .unwrap_or("the supervisor exited without a word");
+    let msg = match ready {
+        Ready::Ok => return Ok(JobEvents::new(out)),
+        Ready::Err(m) => m,
+    };
     match store.read_raw(id) {
         // It recorded why the job failed.
-        Ok(r) if r.status != Status::Running => Ok(JobEvents { pipe: None }),
+        Ok(r) if r.status != Status::Running => Ok(JobEvents::new(None)),
         // The shell started, then the supervisor died: the job exists, and reading it
         // settles it as `lost` (sweeping whatever it started).
-        Ok(r) if r.pid.is_some() => Ok(JobEvents { pipe: None }),
+        Ok(r) if r.pid.is_some() => Ok(JobEvents::new(None)),
         _ => Err(Error::Internal(format!("could not start job {id}: {msg}"))),
     }
 }
@@ -394,7 +365,7 @@ pub fn cancel(store: &Store, id: &JobId, wait: Duration) -> Result<JobRecord> {
             return Ok(rec);
         }
         if let (Some(pid), Some(start)) = (rec.supervisor_pid, rec.supervisor_start)
-            && let Some(sup) = proc::Pidfd::open(pid, start)
+            && let Some(sup) = crate::os::pidfd::Pidfd::open(pid, start)
             && sup.signal(Signal::SIGUSR1)
         {
             // The supervisor exits right after writing the final record: wait on its pidfd
@@ -408,57 +379,4 @@ pub fn cancel(store: &Store, id: &JobId, wait: Duration) -> Result<JobRecord> {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-}
-
-fn idem_path(store: &Store, key: &str) -> std::path::PathBuf {
-    use std::hash::{Hash, Hasher};
-    let mut parts = [0u64; 2];
-    for (i, p) in parts.iter_mut().enumerate() {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        (i, key).hash(&mut h);
-        *p = h.finish();
-    }
-    store
-        .root()
-        .join("idempotency")
-        .join(format!("{:016x}{:016x}", parts[0], parts[1]))
-}
-
-fn idem_lock(store: &Store, key: &str) -> Result<fs::File> {
-    if key.is_empty() || key.len() > 255 || key.chars().any(|c| c.is_control()) {
-        return Err(Error::Invalid(
-            "Idempotency-Key must be 1 to 255 printable characters".into(),
-        ));
-    }
-    let path = idem_path(store, key).with_extension("lock");
-    if let Some(dir) = path.parent() {
-        crate::state::fsutil::ensure_private_dir(dir)
-            .map_err(|e| Error::io("idempotency folder", e))?;
-    }
-    let f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(&path)
-        .map_err(|e| Error::io("idempotency lock", e))?;
-    f.lock().map_err(|e| Error::io("idempotency lock", e))?;
-    Ok(f)
-}
-
-/// The job already started with this idempotency key, if any.
-fn idempotent_lookup(store: &Store, key: &str) -> Result<Option<JobId>> {
-    let Ok(text) = fs::read_to_string(idem_path(store, key)) else {
-        return Ok(None);
-    };
-    let mut lines = text.lines();
-    match (lines.next().and_then(JobId::parse), lines.next()) {
-        (Some(id), Some(k)) if k == key && store.job_dir(&id).is_dir() => Ok(Some(id)),
-        _ => Ok(None),
-    }
-}
-
-fn idempotent_record(store: &Store, key: &str, id: &JobId) {
-    let path = idem_path(store, key);
-    let _ = crate::state::fsutil::write_atomic(&path, format!("{id}\n{key}\n").as_bytes(), 0o600);
 }

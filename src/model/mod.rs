@@ -1,6 +1,7 @@
 //! Pure data: ids, records, specs, requests, limits and errors. Nothing here does I/O.
 
 pub mod error;
+pub mod hash;
 pub mod id;
 pub mod limits;
 pub mod record;

@@ -55,6 +55,35 @@ pub struct StartRequest {
     pub idempotency_key: Option<String>,
 }
 
+impl StartRequest {
+    /// What tells two requests apart for an idempotency key: everything the job would run
+    /// with, but secret values (their names count): even a hash of a value stays off disk.
+    pub fn fingerprint(&self) -> u128 {
+        let mut parts: Vec<Vec<u8>> = vec![
+            self.command.as_bytes().to_vec(),
+            self.cwd.as_deref().unwrap_or("\0none").as_bytes().to_vec(),
+            self.stdin.clone().unwrap_or_else(|| b"\0none".to_vec()),
+            format!("{:?}/{:?}", self.timeout_seconds, self.idle_timeout_seconds).into_bytes(),
+        ];
+        for (k, v) in &self.env {
+            parts.push(format!("env {k}").into_bytes());
+            parts.push(v.as_bytes().to_vec());
+        }
+        let mut names: Vec<&str> = self.secrets.iter().map(|s| s.name.as_str()).collect();
+        names.sort_unstable();
+        for n in names {
+            parts.push(format!("secret {n}").into_bytes());
+        }
+        let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+        super::hash::fnv1a_128(&refs)
+    }
+}
+
+/// The longest single argument the kernel passes to a program (MAX_ARG_STRLEN, 32 pages,
+/// including the terminating NUL): the command is one argument of `sh -c`, and each
+/// variable one `NAME=value` string.
+pub const MAX_ARG_BYTES: usize = 32 * 4096 - 1;
+
 /// Checks a timeout value given in seconds; `what` names the field in errors.
 pub fn check_seconds(what: &str, v: f64) -> Result<f64> {
     if !v.is_finite() {
@@ -81,6 +110,13 @@ pub fn check_env(name: &str, value: &str) -> Result<()> {
     if value.contains('\0') {
         return Err(Error::Invalid(format!(
             "environment variable {name} holds a NUL byte"
+        )));
+    }
+    if name.len() + 1 + value.len() > MAX_ARG_BYTES {
+        return Err(Error::Invalid(format!(
+            "environment variable {name} is {} bytes; the kernel passes at most \
+             {MAX_ARG_BYTES} bytes in one NAME=value string: put a large value in a file",
+            name.len() + 1 + value.len()
         )));
     }
     Ok(())

@@ -3,6 +3,9 @@
 
 #![allow(unsafe_code)]
 
+pub mod cgroup;
+pub mod pidfd;
+pub mod poll;
 pub mod ports;
 pub mod privfile;
 pub mod probe;

@@ -1,10 +1,11 @@
 //! Processes: the only module that talks to the kernel about pids, signals, sessions,
 //! subreapers and cgroups.
 
+use super::cgroup::JobCgroup;
+use super::pidfd::signal_verified;
 use std::fs;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use nix::sys::signal::Signal;
 
@@ -111,62 +112,6 @@ pub fn descendants_in(root: i32, table: &[Stat]) -> Vec<Stat> {
     out
 }
 
-/// A handle on one process that can never signal a reused pid.
-pub struct Pidfd(OwnedFd);
-
-impl Pidfd {
-    /// Opens a handle on `pid` if it still is the process that started at `start`.
-    pub fn open(pid: i32, start: u64) -> Option<Pidfd> {
-        if pid <= 1 {
-            return None;
-        }
-        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        if fd < 0 {
-            return None;
-        }
-        // SAFETY: the syscall returned a fresh fd that nothing else owns.
-        let fd = Pidfd(unsafe { OwnedFd::from_raw_fd(fd as i32) });
-        // The pid could have been reused between the caller's look and the open: check the
-        // start time after the open, when the fd pins the process.
-        (stat(pid)?.start == start).then_some(fd)
-    }
-
-    /// Waits up to `timeout` for the process to exit (a pidfd turns readable then); true
-    /// if it did.
-    pub fn wait_exit(&self, timeout: std::time::Duration) -> bool {
-        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-        use std::os::fd::AsFd;
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        let mut fds = [PollFd::new(self.0.as_fd(), PollFlags::POLLIN)];
-        poll(
-            &mut fds,
-            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
-        )
-        .is_ok_and(|n| n > 0)
-    }
-
-    /// Sends `sig`; false if the process is gone.
-    pub fn signal(&self, sig: Signal) -> bool {
-        // SAFETY: the fd is a valid pidfd we own; a null siginfo means "as kill(2)".
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                self.0.as_raw_fd(),
-                sig as i32,
-                std::ptr::null::<libc::siginfo_t>(),
-                0,
-            )
-        };
-        r == 0
-    }
-}
-
-/// Signals a process only if it is still the one that started at `start`.
-pub fn signal_verified(pid: i32, start: u64, sig: Signal) -> bool {
-    Pidfd::open(pid, start).is_some_and(|p| p.signal(sig))
-}
-
 /// Makes this process the reaper of its orphaned descendants.
 pub fn set_child_subreaper() -> io::Result<()> {
     nix::sys::prctl::set_child_subreaper(true)?;
@@ -178,117 +123,6 @@ pub fn signal_name(sig: i32) -> String {
     Signal::try_from(sig)
         .map(|s| s.as_str().to_string())
         .unwrap_or_else(|_| format!("SIG{sig}"))
-}
-
-/// A cgroup v2 folder for one job: a fence that holds escaped processes and kills them all
-/// at once. Used only where the hierarchy is writable; the subreaper works without it.
-pub struct JobCgroup {
-    path: PathBuf,
-}
-
-/// Where cgroup v2 is mounted, if anywhere.
-pub fn cgroup2_mount() -> Option<PathBuf> {
-    let mounts = fs::read_to_string("/proc/self/mounts").ok()?;
-    mounts.lines().find_map(|l| {
-        let mut f = l.split_whitespace();
-        let (_dev, dir, kind) = (f.next()?, f.next()?, f.next()?);
-        (kind == "cgroup2").then(|| PathBuf::from(dir))
-    })
-}
-
-impl JobCgroup {
-    /// The cgroup path for a job id (it may not exist).
-    pub fn path_for(job_id: &str) -> Option<PathBuf> {
-        if std::env::var_os("GITTERM_NO_CGROUP").is_some() {
-            return None;
-        }
-        let mount = cgroup2_mount()?;
-        let own = fs::read_to_string("/proc/self/cgroup").ok()?;
-        let rel = own
-            .lines()
-            .find_map(|l| l.strip_prefix("0::"))?
-            .trim_start_matches('/');
-        let base = if rel.is_empty() {
-            mount
-        } else {
-            mount.join(rel)
-        };
-        Some(base.join("gitterm").join(job_id))
-    }
-
-    /// Creates the job's cgroup, or `None` where the hierarchy is not writable.
-    pub fn create(job_id: &str) -> Option<JobCgroup> {
-        let path = Self::path_for(job_id)?;
-        fs::create_dir_all(&path).ok()?;
-        path.join("cgroup.procs")
-            .exists()
-            .then_some(JobCgroup { path })
-    }
-
-    /// An existing job cgroup (for sweeping after a supervisor died).
-    pub fn existing(job_id: &str) -> Option<JobCgroup> {
-        let path = Self::path_for(job_id)?;
-        path.join("cgroup.procs")
-            .exists()
-            .then_some(JobCgroup { path })
-    }
-
-    /// The file a child writes `0` into to join (opened before fork).
-    pub fn procs_file(&self) -> PathBuf {
-        self.path.join("cgroup.procs")
-    }
-
-    /// The pids in the cgroup.
-    pub fn pids(&self) -> Vec<i32> {
-        fs::read_to_string(self.procs_file())
-            .map(|s| s.lines().filter_map(|l| l.trim().parse().ok()).collect())
-            .unwrap_or_default()
-    }
-
-    /// True if `pid` is in this cgroup now.
-    pub fn holds(&self, pid: i32) -> bool {
-        let Ok(text) = fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
-            return false;
-        };
-        text.lines()
-            .filter_map(|l| l.strip_prefix("0::"))
-            .any(|rel| self.path.ends_with(rel.trim_start_matches('/')))
-    }
-
-    /// The cgroup at a path recorded in a job's record, if it still exists.
-    pub fn at(path: &Path) -> Option<JobCgroup> {
-        path.join("cgroup.procs").exists().then(|| JobCgroup {
-            path: path.to_path_buf(),
-        })
-    }
-
-    /// Kills every process in the cgroup at once.
-    pub fn kill_all(&self) -> bool {
-        fs::write(self.path.join("cgroup.kill"), "1").is_ok()
-    }
-
-    /// Removes the (empty) cgroup folder; harmless if processes remain.
-    pub fn remove(&self) {
-        let _ = fs::remove_dir(&self.path);
-    }
-
-    /// Waits (bounded) until the cgroup has no process left, then removes it.
-    pub fn remove_when_empty(&self, within: std::time::Duration) {
-        let deadline = std::time::Instant::now() + within;
-        while std::time::Instant::now() < deadline {
-            let events = fs::read_to_string(self.path.join("cgroup.events")).unwrap_or_default();
-            if !events.lines().any(|l| l == "populated 1") {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        self.remove();
-    }
-
-    /// The folder.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
 }
 
 /// Ends every process of a job whose supervisor is gone: its cgroup, and every process
@@ -324,6 +158,7 @@ pub fn sweep_job(job_id: &str, recorded_cgroup: Option<&Path>) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::os::pidfd::Pidfd;
 
     #[test]
     fn stat_parses_odd_command_names() {

@@ -3,6 +3,7 @@
 
 pub mod envstore;
 pub mod fsutil;
+pub mod idempotency;
 pub mod layout;
 pub mod sandbox;
 pub mod store;

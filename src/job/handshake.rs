@@ -1,0 +1,126 @@
+//! The launcher ⇄ supervisor handshake, in one place:
+//! - the launcher passes the job's (locked) lock on [`LOCK_FD`];
+//! - the supervisor answers one line on its stdout, [`Ready::Ok`] once the shell runs or
+//!   [`Ready::Err`] with the reason;
+//! - the same pipe then stays open as the change channel ([`JobEvents`]): a byte per
+//!   stored chunk of output, EOF once the final record is written, so the launcher learns
+//!   of the end without watching files.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::AsFd;
+use std::time::Duration;
+
+/// The fd on which the launcher hands the (already locked) job lock to the supervisor.
+pub const LOCK_FD: i32 = 3;
+
+/// The longest ready line read; anything longer is cut.
+const MAX_LINE: usize = 4096;
+
+/// The supervisor's answer to its launcher.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ready {
+    /// The shell runs; the record names its pid.
+    Ok,
+    /// The job could not be started; the reason, for the caller.
+    Err(String),
+}
+
+impl Ready {
+    /// Sends the answer as one line (`ok`, or `err <reason>` with line breaks flattened).
+    pub fn send(&self, out: &mut impl Write) -> io::Result<()> {
+        match self {
+            Ready::Ok => out.write_all(b"ok\n")?,
+            Ready::Err(m) => writeln!(out, "err {}", m.replace(['\n', '\r'], " "))?,
+        }
+        out.flush()
+    }
+
+    /// Reads the answer byte by byte (what follows the line belongs to the change
+    /// channel). A channel that closes first is an error without a word.
+    pub fn receive(input: &mut impl Read) -> Ready {
+        let mut line = Vec::new();
+        let mut b = [0u8];
+        while line.len() < MAX_LINE && matches!(input.read(&mut b), Ok(1)) && b[0] != b'\n' {
+            line.push(b[0]);
+        }
+        let line = String::from_utf8_lossy(&line);
+        match line.as_ref() {
+            "ok" => Ready::Ok,
+            l => Ready::Err(
+                l.strip_prefix("err ")
+                    .unwrap_or("the supervisor exited without a word")
+                    .to_string(),
+            ),
+        }
+    }
+}
+
+/// The supervisor's side of the change channel: its stdout, duplicated and non-blocking,
+/// so a launcher that stopped reading never blocks the job.
+pub fn events_out() -> Option<File> {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    let file = File::from(io::stdout().as_fd().try_clone_to_owned().ok()?);
+    fcntl(&file, FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).ok()?;
+    Some(file)
+}
+
+/// The launcher's side of the change channel for a job it started: readable when output
+/// was stored, at EOF once the final record is written.
+pub struct JobEvents {
+    pipe: Option<std::process::ChildStdout>,
+}
+
+impl JobEvents {
+    /// A channel on the supervisor's stdout (none: callers fall back to reading records).
+    pub fn new(pipe: Option<std::process::ChildStdout>) -> JobEvents {
+        JobEvents { pipe }
+    }
+
+    /// Waits up to `timeout` for something to happen; false if nothing did. After the end
+    /// (or if the channel broke) it returns true at once, so callers re-read the record.
+    pub fn wait(&mut self, timeout: Duration) -> bool {
+        let Some(pipe) = &mut self.pipe else {
+            return true;
+        };
+        match crate::os::poll::readable(&*pipe, timeout) {
+            Ok(false) => false,
+            Ok(true) => {
+                let mut buf = [0u8; 4096];
+                if !matches!(pipe.read(&mut buf), Ok(n) if n > 0) {
+                    self.pipe = None;
+                }
+                true
+            }
+            Err(_) => {
+                self.pipe = None;
+                true
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_lines_round_trip() {
+        for r in [Ready::Ok, Ready::Err("cwd /x: gone\nreally".into())] {
+            let mut buf = Vec::new();
+            r.send(&mut buf).unwrap();
+            assert_eq!(buf.iter().filter(|&&b| b == b'\n').count(), 1);
+            buf.extend_from_slice(b"trailing channel bytes");
+            let got = Ready::receive(&mut buf.as_slice());
+            match (&r, &got) {
+                (Ready::Ok, Ready::Ok) => {}
+                (Ready::Err(_), Ready::Err(m)) => assert_eq!(m, "cwd /x: gone really"),
+                _ => panic!("{r:?} came back as {got:?}"),
+            }
+        }
+        assert_eq!(
+            Ready::receive(&mut &b""[..]),
+            Ready::Err("the supervisor exited without a word".into())
+        );
+    }
+}

@@ -1,0 +1,93 @@
+//! The job's end: the final record, and what is left to clean.
+
+use std::fs::{self};
+use std::time::Duration;
+
+use nix::sys::wait::WaitStatus;
+
+use crate::model::Status;
+use crate::os::proc::{self};
+
+use super::sink::Sink;
+use super::{End, Supervisor};
+use crate::state::layout::RESERVE;
+
+impl Supervisor {
+    pub(super) fn finish(&mut self, shell: Option<WaitStatus>, end: End) {
+        let dir = self.store.job_dir(&self.id);
+        // output.log is not fsynced: a crash of any process loses nothing (the page cache
+        // has it), and a flush of a large log at every job's end would dominate the cost of
+        // capture. The record, which says how the job ended, is durable.
+        let (written, dropped, write_error) = match &self.sink {
+            Sink::Inline(st) => (st.written, st.dropped, st.write_error.clone()),
+            // The writer thread died: what it stored is on disk, the rest is unknown.
+            _ => (
+                fs::metadata(dir.join(crate::state::layout::OUTPUT))
+                    .map(|m| m.len())
+                    .unwrap_or(0),
+                1,
+                Some("the output writer failed; later output was not stored".to_string()),
+            ),
+        };
+        let _ = fs::remove_file(dir.join(crate::state::layout::SECRETS));
+        let _ = fs::remove_file(dir.join(crate::state::layout::STDIN));
+        let _ = fs::remove_file(dir.join(crate::state::layout::SPEC));
+        let (code, signal) = match shell {
+            Some(WaitStatus::Exited(_, c)) => (Some(c), None),
+            Some(WaitStatus::Signaled(_, s, _)) => (None, Some(s.as_str().to_string())),
+            _ => (None, None),
+        };
+        let rec = &mut self.rec;
+        rec.exit_code = code;
+        rec.signal = signal;
+        rec.status = match end {
+            End::Cancel => Status::Cancelled,
+            End::Timeout | End::Idle => Status::TimedOut,
+            End::Stopped(_) => Status::Cancelled,
+            End::ShellExited if code == Some(0) => Status::Succeeded,
+            End::ShellExited => Status::Failed,
+        };
+        let mut reasons: Vec<String> = Vec::new();
+        match end {
+            End::Timeout => {
+                reasons.push(format!("timed out after {} s", self.spec.timeout_seconds))
+            }
+            End::Idle => reasons.push(format!(
+                "no output for {} s (idle timeout)",
+                self.spec.idle_timeout_seconds.unwrap_or_default()
+            )),
+            End::Cancel => reasons.push("cancelled".into()),
+            End::Stopped(s) => {
+                reasons.push(format!("the supervisor received {}", proc::signal_name(s)))
+            }
+            End::ShellExited => {}
+        }
+        if dropped > 0 {
+            rec.output_truncated = true;
+            rec.output_dropped_bytes = dropped;
+            reasons.push(match &write_error {
+                Some(e) => e.clone(),
+                None => format!("output cap of {} bytes reached", self.spec.max_output_bytes),
+            });
+        }
+        rec.reason = (!reasons.is_empty()).then(|| reasons.join("; "));
+        rec.output_bytes = written;
+        rec.ended_at = Some(crate::text::timefmt::now());
+        // Before the final record: whoever sees the job ended must not then be refused a
+        // new start because this one still counts as running.
+        let _ = fs::remove_file(self.store.root().join("running").join(self.id.as_str()));
+        // The reserve gives the final record room on a full disk; retry a few times.
+        let _ = fs::remove_file(dir.join(RESERVE));
+        for attempt in 0..5 {
+            if self.store.write_record(rec).is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50 << attempt));
+        }
+        self.sink.set_events(None);
+        // Removing a cgroup can take milliseconds: only after the record is out.
+        if let Some(cg) = &self.cgroup {
+            cg.remove_when_empty(Duration::from_millis(500));
+        }
+    }
+}

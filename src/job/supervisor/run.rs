@@ -1,0 +1,218 @@
+//! The supervisor's loop: pump output, reap, enforce timeouts, end the whole tree.
+
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::Signal;
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+
+use crate::os::proc::{self};
+
+use super::sink::{CHUNK, Sink};
+use super::{End, Supervisor};
+
+impl Supervisor {
+    pub(super) fn run(&mut self) {
+        let started = Instant::now();
+        let secs = |s: f64| Duration::from_secs_f64(s.max(0.0));
+        let deadline = started + secs(self.spec.timeout_seconds);
+        let idle = self.spec.idle_timeout_seconds.map(secs);
+        let grace = secs(self.spec.grace_seconds);
+        let mut last_output = started;
+        let mut shell_status: Option<WaitStatus> = None;
+        let mut ending: Option<(End, Instant)> = None;
+        let mut killed = false;
+        let mut last_kill = started;
+        let mut buf = vec![0u8; CHUNK];
+        self.sink = std::mem::replace(&mut self.sink, Sink::Moved).threaded();
+
+        loop {
+            let now = Instant::now();
+            // Decide what is due.
+            if ending.is_none() {
+                if now >= deadline {
+                    ending = Some((End::Timeout, now));
+                    self.signal_all(Signal::SIGTERM);
+                } else if idle.is_some_and(|i| now >= last_output + i) {
+                    ending = Some((End::Idle, now));
+                    self.signal_all(Signal::SIGTERM);
+                }
+            }
+            if let Some((_, since)) = ending {
+                if !killed && now >= since + grace {
+                    killed = true;
+                    last_kill = now;
+                    self.signal_all(Signal::SIGKILL);
+                } else if killed && now >= last_kill + Duration::from_millis(200) {
+                    // Whatever survived (forked meanwhile, re-parented late) gets KILL again.
+                    last_kill = now;
+                    self.signal_all(Signal::SIGKILL);
+                }
+                if shell_status.is_some() && !self.any_alive() {
+                    break;
+                }
+            }
+            let mut wake = match ending {
+                None => {
+                    let mut w = deadline;
+                    if let Some(i) = idle {
+                        w = w.min(last_output + i);
+                    }
+                    w
+                }
+                Some(_) if killed => now + Duration::from_millis(50),
+                // While ending, re-check often: processes die without telling us when they
+                // are not our children.
+                Some((_, since)) => (since + grace).min(now + Duration::from_millis(50)),
+            };
+            if self.pipe.is_none() && ending.is_none() {
+                wake = wake.min(now + Duration::from_millis(500));
+            }
+            let ms = wake.saturating_duration_since(now).as_millis().min(60_000) as i32;
+            let timeout = PollTimeout::try_from(ms.max(if wake > now { 1 } else { 0 }))
+                .unwrap_or(PollTimeout::MAX);
+
+            let (pipe_ready, sig_ready) = {
+                let mut fds = vec![PollFd::new(self.sigfd.as_fd(), PollFlags::POLLIN)];
+                if let Some(p) = &self.pipe {
+                    fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
+                }
+                match poll(&mut fds, timeout) {
+                    Ok(_) => {
+                        let r = |f: &PollFd| f.revents().is_some_and(|r| !r.is_empty());
+                        (fds.get(1).is_some_and(r), r(&fds[0]))
+                    }
+                    Err(_) => (false, false),
+                }
+            };
+            if pipe_ready {
+                match self.read_pipe(&mut buf) {
+                    Some(0) => self.pipe = None,
+                    Some(_) => last_output = Instant::now(),
+                    None => {}
+                }
+            }
+            if sig_ready {
+                while let Ok(Some(info)) = self.sigfd.read_signal() {
+                    let sig = info.ssi_signo as i32;
+                    if sig == libc::SIGCHLD {
+                        self.reap(&mut shell_status);
+                    } else if ending.is_none() || matches!(ending, Some((End::ShellExited, _))) {
+                        let kind = if sig == libc::SIGUSR1 {
+                            End::Cancel
+                        } else {
+                            End::Stopped(sig)
+                        };
+                        // A cancel after the shell exited still wins over "exited": the
+                        // caller asked and the job had not ended yet.
+                        let since = ending.map(|e| e.1).unwrap_or_else(Instant::now);
+                        ending = Some((kind, since));
+                        self.signal_all(Signal::SIGTERM);
+                    }
+                }
+            }
+            if shell_status.is_some() && ending.is_none() {
+                ending = Some((End::ShellExited, Instant::now()));
+                self.signal_all(Signal::SIGTERM);
+            }
+        }
+        // Everything is dead: whatever is still in the pipe has no writer left.
+        while self.pipe.is_some() {
+            if !matches!(self.read_pipe(&mut buf), Some(n) if n > 0) {
+                break;
+            }
+        }
+        let mut tail = self.sink.buffer();
+        self.pipeline.finish(&mut tail);
+        self.sink.store(tail);
+        self.sink = std::mem::replace(&mut self.sink, Sink::Moved).joined();
+        self.finish(
+            shell_status,
+            ending.map(|e| e.0).unwrap_or(End::ShellExited),
+        );
+    }
+
+    /// Reads once from the pipe; `Some(0)` at EOF, `None` when nothing was there.
+    fn read_pipe(&mut self, buf: &mut [u8]) -> Option<usize> {
+        let pipe = self.pipe.as_ref()?;
+        let n = match nix::unistd::read(pipe, buf) {
+            Ok(n) => n,
+            Err(nix::errno::Errno::EINTR | nix::errno::Errno::EAGAIN) => return None,
+            Err(_) => return Some(0),
+        };
+        let n = n as usize;
+        if n > 0 {
+            let mut chunk = self.sink.buffer();
+            self.pipeline.feed(&buf[..n], &mut chunk);
+            self.sink.store(chunk);
+        }
+        Some(n)
+    }
+
+    fn reap(&mut self, shell_status: &mut Option<WaitStatus>) {
+        loop {
+            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(_) => break,
+                Ok(st) => {
+                    if st.pid() == Some(Pid::from_raw(self.shell))
+                        && matches!(st, WaitStatus::Exited(..) | WaitStatus::Signaled(..))
+                    {
+                        *shell_status = Some(st);
+                    }
+                }
+            }
+        }
+    }
+
+    /// True while any process of the job is alive (zombies do not count).
+    fn any_alive(&self) -> bool {
+        proc::descendants(self.me).iter().any(|p| p.state != 'Z')
+            || self.cgroup.as_ref().is_some_and(|c| {
+                c.pids()
+                    .iter()
+                    .any(|&p| proc::stat(p).is_some_and(|s| s.state != 'Z'))
+            })
+    }
+
+    /// Signals every process of the job: our descendants (we are their subreaper, so this
+    /// includes setsid and double-fork escapees) and whatever sits in the job's cgroup.
+    fn signal_all(&self, sig: Signal) {
+        for round in 0..3 {
+            let procs: Vec<proc::Stat> = proc::descendants(self.me)
+                .into_iter()
+                .filter(|p| p.state != 'Z')
+                .collect();
+            for p in &procs {
+                crate::os::pidfd::signal_verified(p.pid, p.start, sig);
+                if sig == Signal::SIGTERM {
+                    // A stopped process cannot act on TERM until continued.
+                    crate::os::pidfd::signal_verified(p.pid, p.start, Signal::SIGCONT);
+                }
+            }
+            if let Some(cg) = &self.cgroup {
+                if sig == Signal::SIGKILL {
+                    cg.kill_all();
+                } else {
+                    for pid in cg.pids() {
+                        // Pin the process first, then check it still is in the job's
+                        // cgroup: a pid read from cgroup.procs may have been reused.
+                        let Some(st) = proc::stat(pid) else { continue };
+                        let Some(fd) = crate::os::pidfd::Pidfd::open(pid, st.start) else {
+                            continue;
+                        };
+                        if cg.holds(pid) {
+                            fd.signal(sig);
+                            fd.signal(Signal::SIGCONT);
+                        }
+                    }
+                }
+            }
+            // KILL is repeated so a process forked while we were signalling is caught too.
+            if sig != Signal::SIGKILL || procs.is_empty() || round == 2 {
+                break;
+            }
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! Per-job cgroup v2 folders: a fence that holds escaped processes and kills them all.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// A cgroup v2 folder for one job: a fence that holds escaped processes and kills them all
+/// at once. Used only where the hierarchy is writable; the subreaper works without it.
+pub struct JobCgroup {
+    path: PathBuf,
+}
+
+/// Where cgroup v2 is mounted, if anywhere.
+pub fn cgroup2_mount() -> Option<PathBuf> {
+    let mounts = fs::read_to_string("/proc/self/mounts").ok()?;
+    mounts.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        let (_dev, dir, kind) = (f.next()?, f.next()?, f.next()?);
+        (kind == "cgroup2").then(|| PathBuf::from(dir))
+    })
+}
+
+impl JobCgroup {
+    /// The cgroup path for a job id (it may not exist).
+    pub fn path_for(job_id: &str) -> Option<PathBuf> {
+        if std::env::var_os("GITTERM_NO_CGROUP").is_some() {
+            return None;
+        }
+        let mount = cgroup2_mount()?;
+        let own = fs::read_to_string("/proc/self/cgroup").ok()?;
+        let rel = own
+            .lines()
+            .find_map(|l| l.strip_prefix("0::"))?
+            .trim_start_matches('/');
+        let base = if rel.is_empty() {
+            mount
+        } else {
+            mount.join(rel)
+        };
+        Some(base.join("gitterm").join(job_id))
+    }
+
+    /// Creates the job's cgroup, or `None` where the hierarchy is not writable.
+    pub fn create(job_id: &str) -> Option<JobCgroup> {
+        let path = Self::path_for(job_id)?;
+        fs::create_dir_all(&path).ok()?;
+        path.join("cgroup.procs")
+            .exists()
+            .then_some(JobCgroup { path })
+    }
+
+    /// An existing job cgroup (for sweeping after a supervisor died).
+    pub fn existing(job_id: &str) -> Option<JobCgroup> {
+        let path = Self::path_for(job_id)?;
+        path.join("cgroup.procs")
+            .exists()
+            .then_some(JobCgroup { path })
+    }
+
+    /// The file a child writes `0` into to join (opened before fork).
+    pub fn procs_file(&self) -> PathBuf {
+        self.path.join("cgroup.procs")
+    }
+
+    /// The pids in the cgroup.
+    pub fn pids(&self) -> Vec<i32> {
+        fs::read_to_string(self.procs_file())
+            .map(|s| s.lines().filter_map(|l| l.trim().parse().ok()).collect())
+            .unwrap_or_default()
+    }
+
+    /// True if `pid` is in this cgroup now.
+    pub fn holds(&self, pid: i32) -> bool {
+        let Ok(text) = fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+            return false;
+        };
+        text.lines()
+            .filter_map(|l| l.strip_prefix("0::"))
+            .any(|rel| self.path.ends_with(rel.trim_start_matches('/')))
+    }
+
+    /// The cgroup at a path recorded in a job's record, if it still exists.
+    pub fn at(path: &Path) -> Option<JobCgroup> {
+        path.join("cgroup.procs").exists().then(|| JobCgroup {
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Kills every process in the cgroup at once.
+    pub fn kill_all(&self) -> bool {
+        fs::write(self.path.join("cgroup.kill"), "1").is_ok()
+    }
+
+    /// Removes the (empty) cgroup folder; harmless if processes remain.
+    pub fn remove(&self) {
+        let _ = fs::remove_dir(&self.path);
+    }
+
+    /// Waits (bounded) until the cgroup has no process left, then removes it.
+    pub fn remove_when_empty(&self, within: std::time::Duration) {
+        let deadline = std::time::Instant::now() + within;
+        while std::time::Instant::now() < deadline {
+            let events = fs::read_to_string(self.path.join("cgroup.events")).unwrap_or_default();
+            if !events.lines().any(|l| l == "populated 1") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        self.remove();
+    }
+
+    /// The folder.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
