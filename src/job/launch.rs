@@ -15,7 +15,8 @@ use super::handshake::{LOCK_FD, Ready};
 use super::settle;
 use crate::model::error::{Error, Result};
 use crate::model::spec::{
-    COMMAND_LINE, Config, MAX_ARG_BYTES, Spec, StartRequest, check_env, check_seconds,
+    COMMAND_LINE, Config, MAX_ARG_BYTES, Spec, StartRequest, check_env, check_job_var_name,
+    check_seconds,
 };
 use crate::model::{FORMAT_VERSION, JobId, JobRecord, Status};
 use crate::state::envstore::EnvStore;
@@ -42,6 +43,26 @@ fn validate(req: &StartRequest, cfg: &Config) -> Result<(String, f64, Option<f64
     }
     for (k, v) in &req.env {
         check_env(k, v)?;
+    }
+    for var in &req.secrets {
+        check_job_var_name(&var.name)?;
+    }
+    // Values a request stores in the clear (the record's cwd, the idempotency file) must
+    // not spell out a secret: refuse rather than store it or mask it into a wrong path.
+    for var in &req.secrets {
+        let v = var.value.expose();
+        for (field, text) in [
+            ("cwd", req.cwd.as_deref()),
+            ("Idempotency-Key", req.idempotency_key.as_deref()),
+        ] {
+            if text.is_some_and(|t| t.contains(v)) {
+                return Err(Error::Invalid(format!(
+                    "{field} holds the value of secret {}; it would be stored in the clear: \
+                     choose a {field} without it",
+                    var.name
+                )));
+            }
+        }
     }
     let cwd = match &req.cwd {
         Some(c) if c.contains('\0') => return Err(Error::Invalid("cwd holds a NUL byte".into())),

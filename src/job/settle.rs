@@ -13,6 +13,39 @@ use crate::model::{JobId, JobRecord, Status};
 use crate::state::layout::*;
 use crate::state::store::{Listed, Store};
 
+/// How long a reader waits for a lock held by someone other than a live supervisor.
+const SETTLE_WAIT: Duration = Duration::from_secs(2);
+
+/// Takes `l` within `wait`; false if it stayed held.
+fn lock_within(l: &File, wait: Duration) -> bool {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        match l.try_lock() {
+            Ok(()) => return true,
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(_) => return false,
+        }
+    }
+}
+
+/// What the sweep of a lost job did, truthfully: what was ended, what survived, and
+/// what cannot be found at all.
+fn describe(sw: &crate::os::proc::Sweep) -> String {
+    let found = if sw.had_cgroup {
+        "in the job's cgroup or carrying its marker"
+    } else {
+        "carrying the job's marker (it had no cgroup)"
+    };
+    let mut s = format!("{} remaining processes {found} were ended", sw.ended);
+    if sw.survivors > 0 {
+        s.push_str(&format!("; {} could not be ended", sw.survivors));
+    }
+    s.push_str("; a process that left the cgroup and cleared the marker cannot be found");
+    s
+}
+
 /// Reads a record and settles a `running` one whose supervisor is gone (or whose boot
 /// is over) into `lost`, ending whatever the job left behind.
 pub fn load(store: &Store, id: &JobId) -> Result<JobRecord> {
@@ -41,7 +74,9 @@ pub fn load(store: &Store, id: &JobId) -> Result<JobRecord> {
                     }
                     _ => true, // still starting: the launcher holds the lock
                 };
-                if supervisor_alive || l.lock().is_err() {
+                // A job process that took the lock itself and killed its supervisor must
+                // not hang every reader: wait a bounded time, then report as recorded.
+                if supervisor_alive || !lock_within(&l, SETTLE_WAIT) {
                     return Ok(rec);
                 }
                 Some(l)
@@ -57,22 +92,17 @@ pub fn load(store: &Store, id: &JobId) -> Result<JobRecord> {
     if rec.status != Status::Running {
         return Ok(rec);
     }
-    if !stale_boot {
-        crate::os::proc::sweep_job(id.as_str(), rec.cgroup.as_deref().map(Path::new));
-    }
+    let sweep = (!stale_boot)
+        .then(|| crate::os::proc::sweep_job(id.as_str(), rec.cgroup.as_deref().map(Path::new)));
     for f in [SECRETS, SPEC, STDIN, RESERVE] {
         let _ = fs::remove_file(store.job_dir(id).join(f));
     }
     let _ = fs::remove_file(store.root().join("running").join(id.as_str()));
     rec.status = Status::Lost;
-    rec.reason = Some(
-        if stale_boot {
-            LOST_BOOT
-        } else {
-            LOST_SUPERVISOR
-        }
-        .to_string(),
-    );
+    rec.reason = Some(match sweep {
+        None => LOST_BOOT.to_string(),
+        Some(sw) => format!("{LOST_SUPERVISOR}; {}", describe(&sw)),
+    });
     rec.ended_at = Some(crate::text::timefmt::now());
     rec.output_bytes = store.output_size(id);
     store

@@ -8,7 +8,8 @@ use super::id::JobId;
 pub const FORMAT_VERSION: u32 = 1;
 
 /// Why a job is `lost` when its supervisor vanished.
-pub const LOST_SUPERVISOR: &str = "its supervisor exited without recording the job's end (killed or crashed); the job's remaining processes were ended";
+pub const LOST_SUPERVISOR: &str =
+    "its supervisor exited without recording the job's end (killed or crashed)";
 /// Why a job is `lost` after a snapshot restore or reboot.
 pub const LOST_BOOT: &str = "sandbox restarted; its processes were not restored";
 

@@ -84,6 +84,25 @@ impl StartRequest {
 /// variable one `NAME=value` string.
 pub const MAX_ARG_BYTES: usize = 32 * 4096 - 1;
 
+/// The shortest timeout accepted: 1 ms (a subnormal number of seconds is a mistake).
+pub const MIN_SECONDS: f64 = 0.001;
+
+/// A number as an error message shows it: at most 6 significant digits.
+fn shown(v: f64) -> String {
+    let s = format!("{v:.6e}");
+    match s.split_once('e') {
+        Some((m, e)) => {
+            let m = m.trim_end_matches('0').trim_end_matches('.');
+            if e == "0" {
+                m.to_string()
+            } else {
+                format!("{m}e{e}")
+            }
+        }
+        None => s,
+    }
+}
+
 /// Checks a timeout value given in seconds; `what` names the field in errors.
 pub fn check_seconds(what: &str, v: f64) -> Result<f64> {
     if !v.is_finite() {
@@ -91,22 +110,36 @@ pub fn check_seconds(what: &str, v: f64) -> Result<f64> {
             "{what} must be a number of seconds, got {v}"
         )));
     }
-    if v <= 0.0 {
+    if v < MIN_SECONDS {
         return Err(Error::Invalid(format!(
-            "{what} must be more than 0 seconds, got {v}"
+            "{what} must be at least {MIN_SECONDS} seconds (1 ms), got {}",
+            shown(v)
         )));
     }
     if v > ABSURD_SECONDS {
         return Err(Error::Invalid(format!(
-            "{what} of {v} s is absurd (over {ABSURD_SECONDS} s)"
+            "{what} of {} s is absurd (over {ABSURD_SECONDS} s)",
+            shown(v)
         )));
     }
     Ok(v)
 }
 
+/// Checks a variable name a caller may give a job (env or secret): valid, and not the
+/// job marker, which sweeping and port attribution trust.
+pub fn check_job_var_name(name: &str) -> Result<()> {
+    super::secret::validate_name(name)?;
+    if name == JOB_ENV_MARKER {
+        return Err(Error::Invalid(format!(
+            "{JOB_ENV_MARKER} is set by the agent for every job process; a job may not set it"
+        )));
+    }
+    Ok(())
+}
+
 /// Checks an environment variable for a job.
 pub fn check_env(name: &str, value: &str) -> Result<()> {
-    super::secret::validate_name(name)?;
+    check_job_var_name(name)?;
     if value.contains('\0') {
         return Err(Error::Invalid(format!(
             "environment variable {name} holds a NUL byte"
@@ -136,4 +169,36 @@ pub struct Spec {
     pub grace_seconds: f64,
     pub max_output_bytes: u64,
     pub has_stdin: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_have_a_sane_floor_and_short_messages() {
+        assert_eq!(check_seconds("t", 0.001).unwrap(), 0.001);
+        let Err(Error::Invalid(m)) = check_seconds("timeoutSeconds", 5e-324) else {
+            panic!("5e-324 accepted");
+        };
+        assert!(m.len() < 100, "{m}");
+        assert!(m.contains("1 ms") && m.contains("e-324"), "{m}");
+        assert!(check_seconds("t", 2e9).is_err());
+    }
+
+    #[test]
+    fn the_job_marker_cannot_be_forged() {
+        for f in [
+            check_env(JOB_ENV_MARKER, "job_0123456789abcdef0123"),
+            check_job_var_name(JOB_ENV_MARKER),
+        ] {
+            let Err(Error::Invalid(m)) = f else {
+                panic!("marker accepted")
+            };
+            assert!(m.contains(JOB_ENV_MARKER), "{m}");
+        }
+        assert!(check_env("OTHER", "x").is_ok());
+        let long = "x".repeat(MAX_ARG_BYTES);
+        assert!(matches!(check_env("V", &long), Err(Error::Invalid(_))));
+    }
 }

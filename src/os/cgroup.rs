@@ -79,6 +79,27 @@ impl JobCgroup {
     }
 
     /// The cgroup at a path recorded in a job's record, if it still exists.
+    /// The cgroup a record names for `job_id`, only if it is one of ours: a folder named
+    /// for that job in a `gitterm` folder under the cgroup mount, with no `..` on the way.
+    /// A record planted with any other path must never make a reader kill what is there.
+    pub fn recorded(path: &Path, job_id: &str) -> Option<JobCgroup> {
+        let mount = cgroup2_mount()?;
+        let ours = path.starts_with(&mount)
+            && path.file_name().is_some_and(|n| n == job_id)
+            && path
+                .parent()
+                .and_then(Path::file_name)
+                .is_some_and(|n| n == "gitterm")
+            && path.components().all(|c| {
+                matches!(
+                    c,
+                    std::path::Component::RootDir | std::path::Component::Normal(_)
+                )
+            });
+        if ours { Self::at(path) } else { None }
+    }
+
+    /// The cgroup at `path`, if it exists.
     pub fn at(path: &Path) -> Option<JobCgroup> {
         path.join("cgroup.procs").exists().then(|| JobCgroup {
             path: path.to_path_buf(),

@@ -112,6 +112,25 @@ pub fn descendants_in(root: i32, table: &[Stat]) -> Vec<Stat> {
     out
 }
 
+/// True while the process's thread group can still run: not a zombie, or a zombie leader
+/// (it called `pthread_exit`) whose other threads live on. Only `/proc/<pid>/status`'s
+/// thread count tells the two zombies apart.
+pub fn alive(s: &Stat) -> bool {
+    s.state != 'Z' || threads(s.pid) > 1
+}
+
+/// The number of threads in `pid`'s thread group (0 when it is gone).
+pub fn threads(pid: i32) -> usize {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|n| n.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 /// Makes this process the reaper of its orphaned descendants.
 pub fn set_child_subreaper() -> io::Result<()> {
     nix::sys::prctl::set_child_subreaper(true)?;
@@ -125,34 +144,59 @@ pub fn signal_name(sig: i32) -> String {
         .unwrap_or_else(|_| format!("SIG{sig}"))
 }
 
-/// Ends every process of a job whose supervisor is gone: its cgroup, and every process
-/// that carries the job's marker in its environment. Returns how many were signalled.
-pub fn sweep_job(job_id: &str, recorded_cgroup: Option<&Path>) -> usize {
-    let mut n = 0;
+/// What a sweep of a job whose supervisor is gone did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sweep {
+    /// Whether the job's cgroup was found (it holds every process that did not leave it).
+    pub had_cgroup: bool,
+    /// Processes signalled.
+    pub ended: usize,
+    /// Processes found but still alive after the sweep (not ours to signal, say).
+    pub survivors: usize,
+}
+
+/// Ends every process of a job whose supervisor is gone: its cgroup (only one named for
+/// the job under our own subtree), and every process that carries the job's marker in its
+/// environment. A process that both left the cgroup and cleared its marker cannot be
+/// found; the report says what was done so that a record never claims more.
+pub fn sweep_job(job_id: &str, recorded_cgroup: Option<&Path>) -> Sweep {
+    let mut report = Sweep::default();
     // The supervisor's own cgroup path, as recorded, beats one derived from the reader's.
     let cg = recorded_cgroup
-        .and_then(JobCgroup::at)
+        .and_then(|p| JobCgroup::recorded(p, job_id))
         .or_else(|| JobCgroup::existing(job_id));
-    if let Some(cg) = cg {
-        n += cg.pids().len();
+    if let Some(cg) = &cg {
+        report.had_cgroup = true;
+        report.ended += cg.pids().len();
         cg.kill_all();
+    }
+    let marked = || {
+        let marker = format!("{}={job_id}", crate::model::spec::JOB_ENV_MARKER);
+        all_processes().into_iter().filter(move |s| {
+            s.pid > 1
+                && s.pid != std::process::id() as i32
+                && fs::read(format!("/proc/{}/environ", s.pid))
+                    .is_ok_and(|env| env.split(|&b| b == 0).any(|kv| kv == marker.as_bytes()))
+        })
+    };
+    for s in marked() {
+        if signal_verified(s.pid, s.start, Signal::SIGKILL) {
+            report.ended += 1;
+        }
+    }
+    if let Some(cg) = &cg {
         cg.remove_when_empty(std::time::Duration::from_secs(2));
+        report.survivors += cg.pids().len();
     }
-    let marker = format!("{}={job_id}", crate::model::spec::JOB_ENV_MARKER);
-    for s in all_processes() {
-        if s.pid <= 1 || s.pid == std::process::id() as i32 {
-            continue;
-        }
-        let Ok(env) = fs::read(format!("/proc/{}/environ", s.pid)) else {
-            continue;
-        };
-        if env.split(|&b| b == 0).any(|kv| kv == marker.as_bytes())
-            && signal_verified(s.pid, s.start, Signal::SIGKILL)
-        {
-            n += 1;
-        }
+    // KILL is not instant: give the marked ones a moment before counting survivors.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(500);
+    let mut left = marked().filter(alive).count();
+    while left > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        left = marked().filter(alive).count();
     }
-    n
+    report.survivors += left;
+    report
 }
 
 #[cfg(test)]

@@ -166,13 +166,14 @@ impl Supervisor {
         }
     }
 
-    /// True while any process of the job is alive (zombies do not count).
+    /// True while any process of the job is alive (zombies do not count, but a zombie
+    /// leader whose threads run on does).
     fn any_alive(&self) -> bool {
-        proc::descendants(self.me).iter().any(|p| p.state != 'Z')
+        proc::descendants(self.me).iter().any(proc::alive)
             || self.cgroup.as_ref().is_some_and(|c| {
                 c.pids()
                     .iter()
-                    .any(|&p| proc::stat(p).is_some_and(|s| s.state != 'Z'))
+                    .any(|&p| proc::stat(p).is_some_and(|s| proc::alive(&s)))
             })
     }
 
@@ -182,7 +183,7 @@ impl Supervisor {
         for round in 0..3 {
             let procs: Vec<proc::Stat> = proc::descendants(self.me)
                 .into_iter()
-                .filter(|p| p.state != 'Z')
+                .filter(proc::alive)
                 .collect();
             for p in &procs {
                 crate::os::pidfd::signal_verified(p.pid, p.start, sig);
@@ -196,6 +197,12 @@ impl Supervisor {
                     cg.kill_all();
                 } else {
                     for pid in cg.pids() {
+                        // Each process gets one TERM: those signalled as descendants above
+                        // are not signalled again (a second TERM makes some programs skip
+                        // their shutdown).
+                        if procs.iter().any(|p| p.pid == pid) {
+                            continue;
+                        }
                         // Pin the process first, then check it still is in the job's
                         // cgroup: a pid read from cgroup.procs may have been reused.
                         let Some(st) = proc::stat(pid) else { continue };
