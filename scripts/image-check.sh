@@ -9,10 +9,12 @@
 # BINARY defaults to the one scripts/build-static.sh builds. ENGINE may name podman or
 # docker; by default the first that works here. Exits 0 with a message where none works
 # (buildah alone builds the image but cannot run it with a published port).
-# The container is removed on every way out.
+# The container (and the image built for the check) is removed on every way out.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+# The image built for the check is removed after it, unless IMAGE names one to keep.
 image=${IMAGE:-localhost/gitterm-agent:check}
+keep_image=${IMAGE:+yes}
 started=$SECONDS
 
 die() {
@@ -43,23 +45,25 @@ else
 fi
 command -v curl >/dev/null 2>&1 || die "curl not found"
 
-ENGINE=$engine IMAGE=$image "$repo/scripts/image.sh" "$@" >/dev/null
-
 name="gitterm-agent-check-$$"
 tmp=$(mktemp -d)
+ran=
 cleanup() {
   local rc=$?
-  if [ "$rc" -ne 0 ]; then
+  if [ "$rc" -ne 0 ] && [ -n "$ran" ]; then
     echo "image-check.sh: the container's log:" >&2
     "$engine" logs "$name" >&2 2>&1 || true
   fi
   "$engine" rm -f "$name" >/dev/null 2>&1 || true
+  [ -n "$keep_image" ] || "$engine" rmi "$image" >/dev/null 2>&1 || true
   rm -rf "$tmp"
   exit "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+
+ENGINE=$engine IMAGE=$image "$repo/scripts/image.sh" "$@" >/dev/null
 
 run=("$engine" run -d --name "$name" -p 127.0.0.1::7433)
 # The engine's default limits can be above what this host lets it set (podman asks for
@@ -73,6 +77,7 @@ run+=(--ulimit nofile=1024:1024 --ulimit "nproc=$nproc:$nproc")
 if [ "$engine" = podman ] && command -v runc >/dev/null 2>&1; then
   run+=(--runtime "$(command -v runc)")
 fi
+ran=yes
 "${run[@]}" "$image" >/dev/null
 
 running() {
