@@ -274,6 +274,7 @@ pub fn start_body(body: &[u8], idempotency_key: Option<&str>) -> Result<StartBod
         timeout_seconds: f.number("timeoutSeconds")?,
         idle_timeout_seconds: f.number("idleTimeoutSeconds")?,
         idempotency_key: idempotency_key.map(str::to_string),
+        user: None,
     };
     let secret_files = f
         .string_array("secretFiles")?

@@ -15,8 +15,8 @@ use super::handshake::{LOCK_FD, Ready};
 use super::settle;
 use crate::model::error::{Error, Result};
 use crate::model::spec::{
-    COMMAND_LINE, Config, MAX_ARG_BYTES, Spec, StartRequest, check_env, check_job_var_name,
-    check_seconds,
+    COMMAND_LINE, Config, JobUser, MAX_ARG_BYTES, Spec, StartRequest, check_env,
+    check_job_var_name, check_seconds,
 };
 use crate::model::{FORMAT_VERSION, JobId, JobRecord, Status};
 use crate::state::envstore::EnvStore;
@@ -24,8 +24,36 @@ use crate::state::idempotency::{self, Earlier};
 use crate::state::store::Store;
 use crate::text::redact::Redactor;
 
+/// A request checked and resolved, before anything is written.
+struct Resolved {
+    cwd: String,
+    timeout: f64,
+    idle: Option<f64>,
+    user: Option<JobUser>,
+}
+
+/// The user a job runs as: the request's, else the agent's job user; none when that is
+/// the agent's own uid. Only root can start a job as someone else.
+fn resolve_user(req: &StartRequest, cfg: &Config) -> Result<Option<JobUser>> {
+    let Some(name) = req.user.as_deref().or(cfg.job_user.as_deref()) else {
+        return Ok(None);
+    };
+    let user = crate::os::users::lookup(name)?;
+    let me = nix::unistd::geteuid().as_raw();
+    if user.uid == me {
+        return Ok(None);
+    }
+    if me != 0 {
+        return Err(Error::Invalid(format!(
+            "the agent runs as uid {me}, not root, so it cannot run jobs as user {name}: \
+             run it as root, or drop the job user"
+        )));
+    }
+    Ok(Some(user))
+}
+
 /// Validates a request and resolves its working folder, before anything is written.
-fn validate(req: &StartRequest, cfg: &Config) -> Result<(String, f64, Option<f64>)> {
+fn validate(req: &StartRequest, cfg: &Config) -> Result<Resolved> {
     if req.command.trim().is_empty() {
         return Err(Error::Invalid(
             "command is empty: give a shell command to run".into(),
@@ -64,11 +92,16 @@ fn validate(req: &StartRequest, cfg: &Config) -> Result<(String, f64, Option<f64
             }
         }
     }
+    let user = resolve_user(req, cfg)?;
     let cwd = match &req.cwd {
         Some(c) if c.contains('\0') => return Err(Error::Invalid("cwd holds a NUL byte".into())),
         Some(c) => Path::new(c).to_path_buf(),
-        None => std::env::current_dir()
-            .map_err(|e| Error::Invalid(format!("the current folder is unusable: {e}")))?,
+        None => match &user {
+            // A job user starts at home, as a login would.
+            Some(u) => Path::new(&u.home).to_path_buf(),
+            None => std::env::current_dir()
+                .map_err(|e| Error::Invalid(format!("the current folder is unusable: {e}")))?,
+        },
     };
     let meta =
         fs::metadata(&cwd).map_err(|e| Error::Invalid(format!("cwd {}: {e}", cwd.display())))?;
@@ -93,7 +126,12 @@ fn validate(req: &StartRequest, cfg: &Config) -> Result<(String, f64, Option<f64
         .idle_timeout_seconds
         .map(|t| check_seconds("idleTimeoutSeconds", t))
         .transpose()?;
-    Ok((cwd.to_string_lossy().into_owned(), timeout, idle))
+    Ok(Resolved {
+        cwd: cwd.to_string_lossy().into_owned(),
+        timeout,
+        idle,
+        user,
+    })
 }
 
 /// How many jobs are running now (cheap: one folder listing).
@@ -141,7 +179,7 @@ pub fn start_watched(
     cfg: &Config,
     req: StartRequest,
 ) -> Result<(JobRecord, Option<JobEvents>)> {
-    let (cwd, timeout, idle) = validate(&req, cfg)?;
+    let resolved = validate(&req, cfg)?;
     // Held until the job is recorded under its key, so two retries racing each other
     // still start one job.
     let fingerprint = req.fingerprint();
@@ -172,7 +210,7 @@ pub fn start_watched(
     let id = JobId::from_random(random);
     let dir = store.job_dir(&id);
     let persisted_env = EnvStore::open(store.root()).vars()?;
-    let result = create_and_spawn(store, cfg, &persisted_env, &req, &id, cwd, timeout, idle);
+    let result = create_and_spawn(store, cfg, &persisted_env, &req, &id, resolved);
     match result {
         Ok((rec, events)) => {
             if let Some((key, lock)) = &key_lock {
@@ -202,17 +240,20 @@ pub fn start_watched(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn create_and_spawn(
     store: &Store,
     cfg: &Config,
     persisted_env: &BTreeMap<String, String>,
     req: &StartRequest,
     id: &JobId,
-    cwd: String,
-    timeout: f64,
-    idle: Option<f64>,
+    resolved: Resolved,
 ) -> Result<(JobRecord, JobEvents)> {
+    let Resolved {
+        cwd,
+        timeout,
+        idle,
+        user,
+    } = resolved;
     // Built under a hidden name and renamed into place whole, so a job folder never
     // exists without its record, even if this process dies half-way.
     let dir = staging_dir(store, id);
@@ -252,6 +293,7 @@ fn create_and_spawn(
         grace_seconds: cfg.grace_seconds,
         max_output_bytes: cfg.max_output_bytes,
         has_stdin: req.stdin.is_some(),
+        user: user.clone(),
     };
     // These files live only until the job ends and a crash before the start loses the job
     // anyway: a plain private write, no fsync (the records themselves are durable).
@@ -307,6 +349,8 @@ fn create_and_spawn(
         boot_id: Some(crate::state::sandbox::boot_id()).filter(|b| !b.is_empty()),
         idempotency_key: req.idempotency_key.clone(),
         grace_seconds: Some(cfg.grace_seconds),
+        user: user.as_ref().map(|u| u.name.clone()),
+        uid: user.as_ref().map(|u| u.uid),
         cgroup: None,
         extra: Default::default(),
     };

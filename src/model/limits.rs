@@ -70,6 +70,10 @@ pub struct LimitArgs {
     #[arg(long, value_name = "N", default_value = "256",
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_running: u32,
+    /// Run jobs as this user (from /etc/passwd) when the agent runs as root, so a job
+    /// cannot touch its supervisor or the agent's state
+    #[arg(long, value_name = "NAME", env = "GITTERM_JOB_USER")]
+    pub job_user: Option<String>,
 }
 
 impl LimitArgs {
@@ -80,6 +84,7 @@ impl LimitArgs {
             grace_seconds: self.grace.0,
             max_output_bytes: self.max_output_bytes,
             max_running: self.max_running as usize,
+            job_user: self.job_user.clone().filter(|u| !u.is_empty()),
         }
     }
 }

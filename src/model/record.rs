@@ -120,6 +120,11 @@ pub struct JobRecord {
     /// The job's cgroup folder, where it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<String>,
+    /// The user the job runs as, where it is not the agent's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
     /// Seconds between TERM and KILL for this job.
     #[serde(default)]
     pub grace_seconds: Option<f64>,

@@ -28,6 +28,8 @@ pub struct Config {
     pub max_output_bytes: u64,
     /// Most jobs running at once.
     pub max_running: usize,
+    /// The user jobs run as unless a request names another; absent: the agent's own.
+    pub job_user: Option<String>,
 }
 
 impl Default for Config {
@@ -37,6 +39,7 @@ impl Default for Config {
             grace_seconds: 5.0,
             max_output_bytes: 1 << 30,
             max_running: 256,
+            job_user: None,
         }
     }
 }
@@ -53,6 +56,8 @@ pub struct StartRequest {
     pub timeout_seconds: Option<f64>,
     pub idle_timeout_seconds: Option<f64>,
     pub idempotency_key: Option<String>,
+    /// Run as this user instead of the agent's job user.
+    pub user: Option<String>,
 }
 
 impl StartRequest {
@@ -64,6 +69,7 @@ impl StartRequest {
             self.cwd.as_deref().unwrap_or("\0none").as_bytes().to_vec(),
             self.stdin.clone().unwrap_or_else(|| b"\0none".to_vec()),
             format!("{:?}/{:?}", self.timeout_seconds, self.idle_timeout_seconds).into_bytes(),
+            format!("user {:?}", self.user).into_bytes(),
         ];
         for (k, v) in &self.env {
             parts.push(format!("env {k}").into_bytes());
@@ -169,6 +175,22 @@ pub struct Spec {
     pub grace_seconds: f64,
     pub max_output_bytes: u64,
     pub has_stdin: bool,
+    /// The user the job runs as; absent: the agent's own.
+    #[serde(default)]
+    pub user: Option<JobUser>,
+}
+
+/// A user a job runs as, as the user database gave it at the start.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobUser {
+    pub name: String,
+    pub uid: u32,
+    /// Primary group.
+    pub gid: u32,
+    /// Primary and supplementary groups.
+    pub groups: Vec<u32>,
+    pub home: String,
+    pub shell: String,
 }
 
 #[cfg(test)]

@@ -11,4 +11,5 @@ pub mod privfile;
 pub mod probe;
 pub mod proc;
 pub mod spawn;
+pub mod users;
 pub mod watch;

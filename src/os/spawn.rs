@@ -30,12 +30,28 @@ pub fn as_supervisor(cmd: &mut Command, lock_fd: RawFd, target_fd: RawFd) {
     }
 }
 
-/// Makes `cmd` start a job's shell: no signal blocked, its own session, killed if its
-/// supervisor (`parent`) dies, and moved into the cgroup whose `cgroup.procs` is open on
-/// `cgroup_procs` before it runs anything of the job's.
-pub fn as_job(cmd: &mut Command, parent: i32, cgroup_procs: Option<RawFd>) {
-    // SAFETY: only async-signal-safe calls (sigprocmask, setsid, prctl, write, getppid,
-    // kill) run between fork and exec; the closure owns copies of plain integers.
+/// Who a job's shell becomes before it runs anything of the job's.
+pub struct Credentials {
+    pub uid: u32,
+    pub gid: u32,
+    /// Primary and supplementary groups.
+    pub groups: Vec<u32>,
+    /// Entered again once the ids are dropped, so the kernel checks the user may.
+    pub cwd: std::ffi::CString,
+}
+
+/// Makes `cmd` start a job's shell: no signal blocked, its own session, moved into the
+/// cgroup whose `cgroup.procs` is open on `cgroup_procs`, then (with `creds`) the user's
+/// groups, gid and uid, and killed if its supervisor (`parent`) dies.
+pub fn as_job(
+    cmd: &mut Command,
+    parent: i32,
+    cgroup_procs: Option<RawFd>,
+    creds: Option<Credentials>,
+) {
+    // SAFETY: only async-signal-safe calls (sigprocmask, setsid, write, setgroups, setgid,
+    // setuid, chdir, prctl, getppid, kill) run between fork and exec; everything they read
+    // was allocated before the fork and is only borrowed here.
     unsafe {
         cmd.pre_exec(move || {
             // The supervisor blocks the signals it reads through its signalfd; the job
@@ -46,13 +62,30 @@ pub fn as_job(cmd: &mut Command, parent: i32, cgroup_procs: Option<RawFd>) {
             if libc::setsid() < 0 {
                 return Err(io::Error::last_os_error());
             }
-            // The shell must not outlive its supervisor.
+            // Joined while still privileged: the user may not write any cgroup.procs.
+            if let Some(fd) = cgroup_procs {
+                libc::write(fd, b"0".as_ptr().cast(), 1);
+            }
+            if let Some(c) = &creds {
+                if libc::setgroups(c.groups.len(), c.groups.as_ptr()) < 0
+                    || libc::setgid(c.gid) < 0
+                    || libc::setuid(c.uid) < 0
+                {
+                    return Err(io::Error::last_os_error());
+                }
+                // Dropped for good: a set-uid-root program is the only way back.
+                if libc::setuid(0) == 0 && c.uid != 0 {
+                    return Err(io::Error::from_raw_os_error(libc::EPERM));
+                }
+                if libc::chdir(c.cwd.as_ptr()) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            // The shell must not outlive its supervisor (set after the uid change, which
+            // clears it).
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
             if libc::getppid() != parent {
                 libc::kill(libc::getpid(), libc::SIGKILL);
-            }
-            if let Some(fd) = cgroup_procs {
-                libc::write(fd, b"0".as_ptr().cast(), 1);
             }
             Ok(())
         });

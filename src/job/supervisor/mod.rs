@@ -217,10 +217,25 @@ impl Supervisor {
         let me = std::process::id() as i32;
 
         let mut cmd = Command::new("/bin/sh");
-        cmd.arg("-c")
-            .arg(&spec.command)
-            .current_dir(&spec.cwd)
-            .envs(&spec.env)
+        cmd.arg("-c").arg(&spec.command).current_dir(&spec.cwd);
+        let creds = match &spec.user {
+            Some(u) => {
+                // A login's variables; the job's own env wins.
+                cmd.env("HOME", &u.home)
+                    .env("USER", &u.name)
+                    .env("LOGNAME", &u.name)
+                    .env("SHELL", &u.shell);
+                Some(crate::os::spawn::Credentials {
+                    uid: u.uid,
+                    gid: u.gid,
+                    groups: u.groups.clone(),
+                    cwd: std::ffi::CString::new(spec.cwd.as_str())
+                        .map_err(|_| "cwd holds a NUL byte".to_string())?,
+                })
+            }
+            None => None,
+        };
+        cmd.envs(&spec.env)
             .env(JOB_ENV_MARKER, id.as_str())
             .stdin(stdin)
             .stdout(writer.try_clone().map_err(|e| format!("pipe: {e}"))?)
@@ -228,7 +243,7 @@ impl Supervisor {
         for s in &secrets {
             cmd.env(&s.name, s.value.expose());
         }
-        crate::os::spawn::as_job(&mut cmd, me, cg_fd);
+        crate::os::spawn::as_job(&mut cmd, me, cg_fd, creds);
         let child = cmd
             .spawn()
             .map_err(|e| format!("could not run /bin/sh: {e}"))?;
