@@ -1,0 +1,167 @@
+//! `exec`: runs a shell command as a job, streams its output, and exits with its status.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use super::follow::{Waiter, follow_output, wait_end};
+use super::print::print_json;
+use crate::job::launch;
+use crate::model::error::{Error, Result};
+use crate::model::limits::{LimitArgs, Seconds, SecondsOrZero};
+use crate::model::spec::{self, Config, StartRequest};
+use crate::model::{JobRecord, Status};
+use crate::state::store::Store;
+
+/// Flags of `exec`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Seconds before the job is ended as timed out (capped by --max-job-seconds)
+    #[arg(long, value_name = "S", allow_hyphen_values = true)]
+    timeout: Option<Seconds>,
+    /// End the job as timed out after this many seconds without output
+    #[arg(long, value_name = "S", allow_hyphen_values = true)]
+    idle_timeout: Option<Seconds>,
+    /// Wait at most this many seconds for the end (0: return at once); default: until it ends
+    #[arg(long, value_name = "S", allow_hyphen_values = true)]
+    wait: Option<SecondsOrZero>,
+    /// Working folder of the job
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<PathBuf>,
+    /// An environment variable for the job (repeatable)
+    #[arg(long = "env", value_name = "K=V")]
+    env: Vec<String>,
+    /// A 0600 file of NAME=value secrets (repeatable); values are redacted from output
+    #[arg(long = "secret-file", value_name = "F")]
+    secret_files: Vec<PathBuf>,
+    /// Print the job record (with its output tail) as JSON instead of streaming output
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    limits: LimitArgs,
+    /// The command; words are joined with single spaces (as ssh does)
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+pub fn run(a: Args) -> Result<i32> {
+    let cfg = a.limits.config();
+    let mut req = StartRequest {
+        command: a.command.join(" "),
+        cwd: a.cwd.map(|c| c.to_string_lossy().into_owned()),
+        timeout_seconds: a.timeout.map(|t| t.0),
+        idle_timeout_seconds: a.idle_timeout.map(|t| t.0),
+        ..Default::default()
+    };
+    let wait = a.wait.map(|w| w.0);
+    for kv in a.env {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| Error::Invalid(format!("--env {kv:?} is malformed: use NAME=value")))?;
+        spec::check_env(k, v)?;
+        req.env.insert(k.to_string(), v.to_string());
+    }
+    for f in &a.secret_files {
+        for var in crate::os::privfile::load_file(f)? {
+            req.secrets.retain(|s| s.name != var.name);
+            req.secrets.push(var);
+        }
+    }
+    let store = super::open_store()?;
+    exec(&store, &cfg, req, wait, a.json)
+}
+
+fn exec(
+    store: &Store,
+    cfg: &Config,
+    req: StartRequest,
+    wait: Option<f64>,
+    json: bool,
+) -> Result<i32> {
+    // Ctrl-C (or TERM/HUP) cancels the job rather than orphaning it. Registered before
+    // the start, so an interrupt during the start is not lost (it cancels the new job).
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
+        let _ = signal_hook::flag::register(sig, Arc::clone(&interrupted));
+    }
+    let (rec, events) = launch::start_watched(store, cfg, req)?;
+    let id = rec.id.clone();
+    let mut waiter = match events {
+        Some(e) => Waiter::Events(e),
+        None => Waiter::files(store, &id),
+    };
+    let deadline = wait.map(|w| Instant::now() + Duration::from_secs_f64(w));
+    let rec = if json {
+        wait_end(store, &id, deadline, &interrupted, &mut waiter)?
+    } else {
+        let mut off = 0;
+        let reader_gone = follow_output(
+            store,
+            &id,
+            &mut off,
+            true,
+            deadline,
+            &interrupted,
+            &mut waiter,
+        )?;
+        if reader_gone {
+            // Nobody reads the output any more (e.g. `| head -1`): like Ctrl-C, end the
+            // job rather than leave it running unattended.
+            interrupted.store(true, Ordering::Relaxed);
+            wait_end(store, &id, None, &interrupted, &mut waiter)?
+        } else {
+            crate::job::settle::load(store, &id)?
+        }
+    };
+    if json {
+        print_json(&store.view(&rec));
+    } else if rec.status == Status::Running {
+        eprintln!(
+            "gitterm-agent: job {} is still running; follow it with: gitterm-agent logs --follow {}",
+            rec.id, rec.id
+        );
+    } else if let Some(reason) = rec
+        .reason
+        .as_deref()
+        .filter(|_| rec.status != Status::Succeeded)
+        && (matches!(rec.status, Status::TimedOut | Status::Lost)
+            || rec.output_truncated
+            || rec.exit_code.is_none())
+    {
+        {
+            eprintln!(
+                "gitterm-agent: job {} {}: {reason}",
+                rec.id,
+                rec.status.as_str()
+            );
+        }
+    }
+    Ok(exit_status(&rec))
+}
+
+/// The CLI exit status for a job: its own code, 128+signal, 124 timed out, 125 lost.
+pub fn exit_status(rec: &JobRecord) -> i32 {
+    let by_signal = || {
+        rec.signal
+            .as_deref()
+            .and_then(|s| s.parse::<nix::sys::signal::Signal>().ok())
+            .map(|s| 128 + s as i32)
+    };
+    match rec.status {
+        Status::Running => 0,
+        Status::Succeeded => 0,
+        Status::TimedOut => 124,
+        Status::Lost => 125,
+        Status::Failed if rec.exit_code.is_none() && rec.signal.is_none() => 125,
+        Status::Failed => rec.exit_code.or_else(by_signal).unwrap_or(125),
+        // A cancelled job never reports success, even if it trapped TERM and exited 0.
+        Status::Cancelled => by_signal()
+            .or(rec.exit_code.filter(|&c| c != 0))
+            .unwrap_or(130),
+    }
+}
