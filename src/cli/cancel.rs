@@ -10,7 +10,9 @@ use crate::state::store::Store;
 /// Flags of `cancel`.
 #[derive(clap::Args)]
 pub struct Args {
+    /// The job id (as `exec` and `status` print it)
     id: String,
+    /// Print the job's final record (with its output tail) as JSON
     #[arg(long)]
     json: bool,
 }

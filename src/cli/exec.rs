@@ -14,6 +14,25 @@ use crate::model::spec::{self, Config, StartRequest};
 use crate::model::{JobRecord, Status};
 use crate::state::store::Store;
 
+/// How `exec` exits (see [`exit_status`] and `Error::exit_status`).
+const EXIT_STATUSES: &str = "\
+Exit status:
+  0      The job succeeded, or is still running when --wait ends
+  1      The job was not started: too many jobs running
+  2      A usage error or bad input (e.g. --env, --cwd, --secret-file); nothing ran
+  N      The job failed with exit code N (which may be one of these; --json tells)
+  124    The job timed out (--timeout, --idle-timeout)
+  125    The job could not be run or was lost (its supervisor died, the sandbox
+         restarted), or the agent itself failed
+  128+N  The job was killed by signal N; a cancelled job reports the signal that ended
+         it (143 for TERM, 137 for KILL), else its own non-zero exit code
+  130    The job was cancelled and exited 0 (it caught TERM) or left no status";
+
+/// The end of `exec --help`.
+pub fn after_help() -> String {
+    format!("{EXIT_STATUSES}\n\n{}", super::ENVIRONMENT)
+}
+
 /// Flags of `exec`.
 #[derive(clap::Args)]
 pub struct Args {
@@ -23,17 +42,18 @@ pub struct Args {
     /// End the job as timed out after this many seconds without output
     #[arg(long, value_name = "S", allow_hyphen_values = true)]
     idle_timeout: Option<Seconds>,
-    /// Wait at most this many seconds for the end (0: return at once); default: until it ends
+    /// Wait at most this many seconds for the end, then leave the job running (0: return
+    /// at once); default: until it ends
     #[arg(long, value_name = "S", allow_hyphen_values = true)]
     wait: Option<SecondsOrZero>,
     /// Working folder of the job
     #[arg(long, value_name = "DIR")]
     cwd: Option<PathBuf>,
     /// An environment variable for the job (repeatable)
-    #[arg(long = "env", value_name = "K=V")]
+    #[arg(long = "env", value_name = "NAME=VALUE")]
     env: Vec<String>,
     /// A 0600 file of NAME=value secrets (repeatable); values are redacted from output
-    #[arg(long = "secret-file", value_name = "F")]
+    #[arg(long = "secret-file", value_name = "FILE")]
     secret_files: Vec<PathBuf>,
     /// Print the job record (with its output tail) as JSON instead of streaming output
     #[arg(long)]

@@ -9,9 +9,10 @@ use crate::state::store::Store;
 /// Flags of `logs`.
 #[derive(clap::Args)]
 pub struct Args {
+    /// The job id (as `exec` and `status` print it)
     id: String,
-    /// Start at this byte offset
-    #[arg(long, default_value = "0")]
+    /// Start at this byte offset of the output
+    #[arg(long, value_name = "BYTES", default_value = "0")]
     offset: u64,
     /// Keep printing new output until the job ends
     #[arg(long, short)]

@@ -21,18 +21,41 @@ use crate::state::store::Store;
 pub use exec::exit_status;
 pub use print::human;
 
+/// The end of every command's help: where the state is.
+pub const ENVIRONMENT: &str = "\
+Environment:
+  GITTERM_HOME  The state root: jobs, their output, the server's token (default: $HOME/.gitterm)";
+
+/// The exit statuses of every command but `exec` (which lists its own).
+const EXIT_STATUSES: &str = "\
+Exit status (exec: see exec --help):
+  0    Done
+  1    Refused: no such job, or it conflicts with the state
+  2    A usage error or bad input
+  125  The agent itself failed (I/O, spawn)";
+
+/// The end of the top-level help: exit statuses and the environment.
+pub fn after_help() -> String {
+    format!("{EXIT_STATUSES}\n\n{ENVIRONMENT}")
+}
+
 /// The local commands.
 #[derive(Subcommand)]
 pub enum Cmd {
     /// Run a shell command as a job; stream its output and exit with its status
+    #[command(after_help = exec::after_help())]
     Exec(exec::Args),
     /// List jobs, or show one job's record and output tail
+    #[command(after_help = ENVIRONMENT)]
     Status(status::Args),
     /// Print a job's stored output
+    #[command(after_help = ENVIRONMENT)]
     Logs(logs::Args),
     /// Cancel a job: TERM, then KILL after the grace period, to all its processes
+    #[command(after_help = ENVIRONMENT)]
     Cancel(cancel::Args),
     /// Remove ended jobs past the retention limits
+    #[command(after_help = ENVIRONMENT)]
     Prune(prune::Args),
 }
 

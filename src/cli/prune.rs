@@ -9,11 +9,12 @@ use crate::model::error::{Error, Result};
 #[derive(clap::Args)]
 pub struct Args {
     /// Keep at most this many ended jobs (newest first)
-    #[arg(long, default_value = "1000")]
+    #[arg(long, value_name = "N", default_value = "1000")]
     keep_jobs: usize,
     /// Remove ended jobs older than this many days
-    #[arg(long, default_value = "7")]
+    #[arg(long, value_name = "DAYS", default_value = "7")]
     keep_days: f64,
+    /// Print the removed job ids as JSON: {"removed": [...]}
     #[arg(long)]
     json: bool,
 }

@@ -8,8 +8,9 @@ use crate::state::store::Store;
 /// Flags of `status`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// A job id
+    /// The job to show (as `exec` prints it); without it, list all jobs, newest first
     id: Option<String>,
+    /// Print JSON: the job record with its output tail, or {"jobs": [...]}
     #[arg(long)]
     json: bool,
 }
