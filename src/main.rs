@@ -58,7 +58,7 @@ fn main() {
     std::process::exit(match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("gitterm-agent: {e}");
+            cli::diagnostic(&e);
             e.exit_status()
         }
     });

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::follow::{Waiter, follow_output, wait_end};
-use super::print::print_json;
+use super::follow::{Waiter, watch};
+use super::print::{diagnostic, print_json, print_line};
 use crate::job::launch;
 use crate::model::error::{Error, Result};
 use crate::model::limits::{LimitArgs, Seconds, SecondsOrZero};
@@ -42,8 +42,8 @@ pub struct Args {
     /// End the job as timed out after this many seconds without output
     #[arg(long, value_name = "S", allow_hyphen_values = true)]
     idle_timeout: Option<Seconds>,
-    /// Wait at most this many seconds for the end, then leave the job running (0: return
-    /// at once); default: until it ends
+    /// Wait at most this many seconds for the end, then leave the job running (0: print
+    /// its id and return at once); default: until it ends
     #[arg(long, value_name = "S", allow_hyphen_values = true)]
     wait: Option<SecondsOrZero>,
     /// Working folder of the job
@@ -115,53 +115,60 @@ fn exec(
         Some(e) => Waiter::Events(e),
         None => Waiter::files(store, &id),
     };
-    let deadline = wait.map(|w| Instant::now() + Duration::from_secs_f64(w));
-    let rec = if json {
-        wait_end(store, &id, deadline, &interrupted, &mut waiter)?
-    } else {
-        let mut off = 0;
-        let reader_gone = follow_output(
+    // `--wait 0` returns at once with the job id: no output, which could only be the
+    // little the job printed so far.
+    let detached = wait == Some(0.0);
+    let mut deadline = wait.map(|w| Instant::now() + Duration::from_secs_f64(w));
+    let mut stream = !json && !detached;
+    let mut off = 0;
+    let rec = loop {
+        match watch(
             store,
             &id,
-            &mut off,
-            true,
+            stream.then_some(&mut off),
             deadline,
             &interrupted,
             &mut waiter,
-        )?;
-        if reader_gone {
-            // Nobody reads the output any more (e.g. `| head -1`): like Ctrl-C, end the
-            // job rather than leave it running unattended.
-            interrupted.store(true, Ordering::Relaxed);
-            wait_end(store, &id, None, &interrupted, &mut waiter)?
-        } else {
-            crate::job::settle::load(store, &id)?
+        )? {
+            Some(rec) => break rec,
+            None => {
+                // Nobody reads the output any more (e.g. `| head -1`): like Ctrl-C, end
+                // the job rather than leave it running unattended.
+                interrupted.store(true, Ordering::Relaxed);
+                (stream, deadline) = (false, None);
+            }
         }
     };
     if json {
         print_json(&store.view(&rec));
-    } else if rec.status == Status::Running {
-        eprintln!(
-            "gitterm-agent: job {} is still running; follow it with: gitterm-agent logs --follow {}",
-            rec.id, rec.id
-        );
-    } else if let Some(reason) = rec
-        .reason
-        .as_deref()
-        .filter(|_| rec.status != Status::Succeeded)
-        && (matches!(rec.status, Status::TimedOut | Status::Lost)
-            || rec.output_truncated
-            || rec.exit_code.is_none())
-    {
-        {
-            eprintln!(
-                "gitterm-agent: job {} {}: {reason}",
-                rec.id,
-                rec.status.as_str()
-            );
+    } else {
+        if detached {
+            print_line(&rec.id);
+        }
+        if let Some(note) = notice(&rec) {
+            diagnostic(note);
         }
     }
     Ok(exit_status(&rec))
+}
+
+/// What `exec` says on stderr about how a job ended (or that it goes on), if anything:
+/// the reason when the exit status alone does not tell it.
+fn notice(rec: &JobRecord) -> Option<String> {
+    let id = &rec.id;
+    if rec.status == Status::Running {
+        return Some(format!(
+            "job {id} is still running; follow it with: gitterm-agent logs --follow {id}"
+        ));
+    }
+    let reason = rec
+        .reason
+        .as_deref()
+        .filter(|_| rec.status != Status::Succeeded)?;
+    (matches!(rec.status, Status::TimedOut | Status::Lost)
+        || rec.output_truncated
+        || rec.exit_code.is_none())
+    .then(|| format!("job {id} {}: {reason}", rec.status.as_str()))
 }
 
 /// The CLI exit status for a job: its own code, 128+signal, 124 timed out, 125 lost.
@@ -183,5 +190,72 @@ pub fn exit_status(rec: &JobRecord) -> i32 {
         Status::Cancelled => by_signal()
             .or(rec.exit_code.filter(|&c| c != 0))
             .unwrap_or(130),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record of the given status, with `fields` set over the defaults.
+    fn rec(status: &str, fields: serde_json::Value) -> JobRecord {
+        let mut v = serde_json::json!({
+            "id": "job_0123456789abcdef0123", "command": "true", "cwd": "/",
+            "status": status, "exitCode": null, "signal": null,
+            "createdAt": "2024-01-01T00:00:00.000Z", "startedAt": null, "endedAt": null,
+            "timeoutSeconds": 60.0, "pid": null, "pgid": null, "outputBytes": 0,
+        });
+        for (k, x) in fields.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn exit_statuses_are_the_ones_the_help_lists() {
+        use serde_json::json;
+        let cases = [
+            ("succeeded", json!({"exitCode": 0}), 0),
+            ("running", json!({}), 0),
+            ("failed", json!({"exitCode": 3}), 3),
+            ("failed", json!({"signal": "SIGKILL"}), 137),
+            ("failed", json!({}), 125),
+            ("timed_out", json!({"signal": "SIGTERM"}), 124),
+            ("lost", json!({}), 125),
+            ("cancelled", json!({"signal": "SIGTERM"}), 143),
+            ("cancelled", json!({"exitCode": 4}), 4),
+            ("cancelled", json!({"exitCode": 0}), 130),
+            ("cancelled", json!({}), 130),
+        ];
+        for (status, fields, want) in cases {
+            let r = rec(status, fields.clone());
+            assert_eq!(exit_status(&r), want, "{status} {fields}");
+        }
+    }
+
+    #[test]
+    fn notice_names_the_job_and_why_when_the_status_does_not() {
+        use serde_json::json;
+        let id = "job_0123456789abcdef0123";
+        let running = notice(&rec("running", json!({}))).unwrap();
+        assert!(
+            running.contains(&format!("logs --follow {id}")),
+            "{running}"
+        );
+        let timed_out = rec("timed_out", json!({"reason": "ran past 60 s"}));
+        assert_eq!(
+            notice(&timed_out).unwrap(),
+            format!("job {id} timed_out: ran past 60 s")
+        );
+        // A plain failure says it all with its exit code; a success needs no word.
+        let failed = rec("failed", json!({"exitCode": 1, "reason": "x"}));
+        assert_eq!(notice(&failed), None);
+        let ok = rec("succeeded", json!({"exitCode": 0, "reason": "x"}));
+        assert_eq!(notice(&ok), None);
+        let cut = rec(
+            "failed",
+            json!({"exitCode": 1, "reason": "output cap", "outputTruncated": true}),
+        );
+        assert!(notice(&cut).unwrap().ends_with("failed: output cap"));
     }
 }

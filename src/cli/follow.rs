@@ -1,4 +1,4 @@
-//! Waiting on a job (until it ends or a deadline passes), and streaming its output.
+//! Waiting on a job until it ends (or a deadline passes), streaming its output meanwhile.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,11 +9,14 @@ use crate::model::error::Result;
 use crate::model::{JobId, JobRecord};
 use crate::state::store::Store;
 
+/// The longest nap between two looks at a job.
+const NAP: Duration = Duration::from_millis(250);
+
 /// How a waiting command learns that a job changed.
 pub enum Waiter {
     /// The change channel of a job this process started.
     Events(launch::JobEvents),
-    /// Watching the job's folder.
+    /// Watching the job's folder (`None`: polling).
     Files(Option<crate::os::watch::Watcher>),
 }
 
@@ -32,75 +35,61 @@ impl Waiter {
     }
 }
 
-pub fn wait_end(
+/// Waits until job `id` has ended or `deadline` passes; with `print`, prints its output
+/// from that offset on as it comes (all of it, once the job has ended). Once `interrupted`
+/// is set, asks the job's supervisor (once) to cancel it. Returns the last record read, or
+/// `None` when stdout was closed.
+pub fn watch(
     store: &Store,
     id: &JobId,
+    mut print: Option<&mut u64>,
     deadline: Option<Instant>,
     interrupted: &AtomicBool,
     waiter: &mut Waiter,
-) -> Result<JobRecord> {
+) -> Result<Option<JobRecord>> {
     let mut cancel_sent = false;
     loop {
+        // Read the record before the output: if it says "ended", all output is on disk.
         let rec = crate::job::settle::load(store, id)?;
-        let now = Instant::now();
-        if rec.status.is_final() || deadline.is_some_and(|d| now >= d) {
-            return Ok(rec);
+        if let Some(off) = print.as_deref_mut()
+            && !print_from(store, id, off)?
+        {
+            return Ok(None);
         }
-        if interrupted.load(Ordering::Relaxed) && !cancel_sent {
+        // Before the deadline check, so that even `--wait 0` cancels a job whose start
+        // was interrupted.
+        if interrupted.load(Ordering::Relaxed) && !cancel_sent && !rec.status.is_final() {
             cancel_sent = true;
             request_cancel(&rec);
         }
-        let nap = deadline.map_or(Duration::from_millis(250), |d| {
-            (d - now).min(Duration::from_millis(250))
+        if rec.status.is_final() || deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(Some(rec));
+        }
+        let nap = deadline.map_or(NAP, |d| {
+            d.saturating_duration_since(Instant::now()).min(NAP)
         });
         waiter.wait(nap);
+    }
+}
+
+/// Prints the output from `*off` to its current end and moves `*off` past it; false when
+/// stdout is closed (e.g. `| head`).
+fn print_from(store: &Store, id: &JobId, off: &mut u64) -> Result<bool> {
+    let mut stdout = std::io::stdout().lock();
+    loop {
+        let page = store.read_page(id, *off, crate::state::layout::MAX_PAGE)?;
+        if !page.data.is_empty() && stdout.write_all(page.data.as_bytes()).is_err() {
+            return Ok(false);
+        }
+        *off = page.next_offset;
+        if page.eof {
+            return Ok(stdout.flush().is_ok());
+        }
     }
 }
 
 fn request_cancel(rec: &JobRecord) {
     if let (Some(pid), Some(start)) = (rec.supervisor_pid, rec.supervisor_start) {
         crate::os::proc::signal_verified(pid, start, nix::sys::signal::Signal::SIGUSR1);
-    }
-}
-
-/// Prints output from `*off`; with `follow`, keeps going until the job has ended and all
-/// its output is printed (or `deadline` passes). Returns true if stdout was closed.
-pub fn follow_output(
-    store: &Store,
-    id: &JobId,
-    off: &mut u64,
-    follow: bool,
-    deadline: Option<Instant>,
-    interrupted: &AtomicBool,
-    waiter: &mut Waiter,
-) -> Result<bool> {
-    let mut stdout = std::io::stdout().lock();
-    let mut cancel_sent = false;
-    loop {
-        // Read the record before the output: if it says "ended", all output is on disk.
-        let rec = crate::job::settle::load(store, id)?;
-        loop {
-            let page = store.read_page(id, *off, crate::state::layout::MAX_PAGE)?;
-            if !page.data.is_empty() && stdout.write_all(page.data.as_bytes()).is_err() {
-                return Ok(true); // reader went away (e.g. `| head`)
-            }
-            *off = page.next_offset;
-            if page.eof {
-                break;
-            }
-        }
-        let _ = stdout.flush();
-        if !follow || rec.status.is_final() || deadline.is_some_and(|d| Instant::now() >= d) {
-            return Ok(false);
-        }
-        if interrupted.load(Ordering::Relaxed) && !cancel_sent {
-            cancel_sent = true;
-            request_cancel(&rec);
-        }
-        let nap = deadline.map_or(Duration::from_millis(250), |d| {
-            d.saturating_duration_since(Instant::now())
-                .min(Duration::from_millis(250))
-        });
-        waiter.wait(nap);
     }
 }

@@ -1,8 +1,9 @@
 //! `logs`: prints a job's stored output, and with `--follow` what comes until it ends.
 
 use std::sync::atomic::AtomicBool;
+use std::time::Instant;
 
-use super::follow::{Waiter, follow_output};
+use super::follow::{Waiter, watch};
 use crate::model::error::Result;
 use crate::state::store::Store;
 
@@ -22,10 +23,21 @@ pub struct Args {
 pub fn run(a: Args) -> Result<i32> {
     let store = super::open_store()?;
     let id = Store::parse_id(&a.id)?;
-    crate::job::settle::load(&store, &id)?;
+    let mut waiter = if a.follow {
+        Waiter::files(&store, &id)
+    } else {
+        Waiter::Files(None)
+    };
+    // Without --follow, the deadline is now: print what is there, then stop.
+    let deadline = (!a.follow).then(Instant::now);
     let mut off = a.offset;
-    let stop = AtomicBool::new(false);
-    let mut waiter = Waiter::files(&store, &id);
-    follow_output(&store, &id, &mut off, a.follow, None, &stop, &mut waiter)?;
+    watch(
+        &store,
+        &id,
+        Some(&mut off),
+        deadline,
+        &AtomicBool::new(false),
+        &mut waiter,
+    )?;
     Ok(0)
 }

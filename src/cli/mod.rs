@@ -19,7 +19,7 @@ use crate::model::error::Result;
 use crate::state::store::Store;
 
 pub use exec::exit_status;
-pub use print::human;
+pub use print::{diagnostic, human};
 
 /// The end of every command's help: where the state is.
 pub const ENVIRONMENT: &str = "\
