@@ -2,7 +2,8 @@
 
 use super::print::{listed_json, print_json, print_table};
 use crate::model::error::Result;
-use crate::model::{JobRecord, Status};
+use crate::model::{JobId, JobRecord, Status};
+use crate::state::layout::TAIL_BYTES;
 use crate::state::store::Store;
 
 /// Flags of `status`.
@@ -66,7 +67,6 @@ fn print_record(store: &Store, rec: &JobRecord) {
         rec.pid.map_or("-".into(), |p| p.to_string()),
         rec.pgid.map_or("-".into(), |p| p.to_string())
     );
-    let id = Some(rec.id.clone());
     let bytes = if rec.status == Status::Running {
         store.output_size(&rec.id)
     } else {
@@ -80,14 +80,69 @@ fn print_record(store: &Store, rec: &JobRecord) {
             ""
         }
     );
-    if let Some(id) = id {
-        let tail = store.tail(&id);
-        if !tail.is_empty() {
-            println!("--- output tail ---");
-            print!("{tail}");
-            if !tail.ends_with('\n') {
-                println!();
-            }
+    let tail = tail(store, &rec.id);
+    if !tail.is_empty() {
+        println!("--- output tail ---");
+        print!("{tail}");
+        if !tail.ends_with('\n') {
+            println!();
         }
+    }
+}
+
+/// The output tail `status` prints: the last [`TAIL_BYTES`] of the output, from the first
+/// line that starts in them when they begin inside the output.
+fn tail(store: &Store, id: &JobId) -> String {
+    let size = store.output_size(id);
+    if size == 0 {
+        return String::new();
+    }
+    // Past the tail's size, one byte more: whether the tail begins a line.
+    let start = size.saturating_sub(TAIL_BYTES + 1);
+    let Ok(page) = store.read_page(id, start, (size - start) as usize) else {
+        return String::new();
+    };
+    if size <= TAIL_BYTES {
+        page.data
+    } else {
+        from_line_start(&page.data, page.offset == start).to_string()
+    }
+}
+
+/// The part of a tail from the first line that starts in it. `data` is cut on character
+/// boundaries; with `lead`, its first character stands just before the tail proper, read
+/// only to see whether it ends a line. When no line starts in the tail (but at its very
+/// end), the tail is given whole.
+fn from_line_start(data: &str, lead: bool) -> &str {
+    match data.find('\n') {
+        Some(i) if i + 1 < data.len() => &data[i + 1..],
+        _ if lead => data.char_indices().nth(1).map_or("", |(i, _)| &data[i..]),
+        _ => data,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::from_line_start;
+
+    #[test]
+    fn tail_starts_at_the_first_line_start() {
+        // A partial first line is left out, whether or not a lead character was read.
+        assert_eq!(
+            from_line_start("ial line\nnext\nlast\n", true),
+            "next\nlast\n"
+        );
+        assert_eq!(from_line_start("ial line\nnext\n", false), "next\n");
+        // The lead character ends a line: the tail begins one, and is given whole.
+        assert_eq!(from_line_start("\nfirst\nlast", true), "first\nlast");
+        // Without a line start inside, the tail is given as it is (without the lead).
+        assert_eq!(from_line_start("xno newline", true), "no newline");
+        assert_eq!(from_line_start("no newline", false), "no newline");
+        assert_eq!(from_line_start("xlong line\n", true), "long line\n");
+        assert_eq!(from_line_start("long line\n", false), "long line\n");
+        // A lead character of several bytes is left out whole.
+        assert_eq!(from_line_start("éabc", true), "abc");
+        assert_eq!(from_line_start("", true), "");
+        assert_eq!(from_line_start("x", true), "");
     }
 }
