@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::print::print_json;
+use super::print::{print_json, print_line};
 use crate::job::launch;
 use crate::model::error::Result;
 use crate::state::store::Store;
@@ -24,7 +24,7 @@ pub fn run(a: Args) -> Result<i32> {
     if a.json {
         print_json(&store.view(&rec));
     } else {
-        println!("{} {}", rec.id, rec.status.as_str());
+        print_line(format_args!("{} {}", rec.id, rec.status.as_str()));
     }
     Ok(0)
 }
