@@ -4,13 +4,15 @@
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
+use gitterm_agent::cli;
 
 #[derive(Parser)]
 #[command(
     name = "gitterm-agent",
     version = gitterm_agent::VERSION,
     about = "Runs and supervises jobs inside a sandbox.",
-    long_about = None
+    long_about = None,
+    after_help = cli::after_help()
 )]
 struct Cli {
     #[command(subcommand)]
@@ -20,14 +22,17 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     #[command(flatten)]
-    Local(gitterm_agent::cli::Cmd),
+    Local(cli::Cmd),
     /// Serve the HTTP/JSON control endpoint
+    #[command(after_help = cli::ENVIRONMENT)]
     Serve(gitterm_agent::api::ServeArgs),
     /// (internal) supervise one job
     #[command(hide = true)]
     Supervise {
+        /// The state root the job is in
         #[arg(long)]
         root: PathBuf,
+        /// The job's id
         id: String,
     },
 }
@@ -47,13 +52,13 @@ fn main() {
         Command::Supervise { root, id } => {
             std::process::exit(gitterm_agent::job::supervisor::main(&root, &id))
         }
-        Command::Local(cmd) => gitterm_agent::cli::main(cmd),
+        Command::Local(cmd) => cli::main(cmd),
         Command::Serve(args) => gitterm_agent::api::serve_main(args),
     };
     std::process::exit(match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("gitterm-agent: {e}");
+            cli::diagnostic(&e);
             e.exit_status()
         }
     });

@@ -1,0 +1,261 @@
+//! `exec`: runs a shell command as a job, streams its output, and exits with its status.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use super::follow::{Waiter, watch};
+use super::print::{diagnostic, print_json, print_line};
+use crate::job::launch;
+use crate::model::error::{Error, Result};
+use crate::model::limits::{LimitArgs, Seconds, SecondsOrZero};
+use crate::model::spec::{self, Config, StartRequest};
+use crate::model::{JobRecord, Status};
+use crate::state::store::Store;
+
+/// How `exec` exits (see [`exit_status`] and `Error::exit_status`).
+const EXIT_STATUSES: &str = "\
+Exit status:
+  0      The job succeeded, or is still running when --wait ends
+  1      The job was not started: too many jobs running
+  2      A usage error or bad input (e.g. --env, --cwd, --secret-file); nothing ran
+  N      The job failed with exit code N (which may be one of these; --json tells)
+  124    The job timed out (--timeout, --idle-timeout)
+  125    The job could not be run or was lost (its supervisor died, the sandbox
+         restarted), or the agent itself failed
+  128+N  The job was killed by signal N; a cancelled job reports the signal that ended
+         it (143 for TERM, 137 for KILL), else its own non-zero exit code
+  130    The job was cancelled and exited 0 (it caught TERM) or left no status";
+
+/// The end of `exec --help`.
+pub fn after_help() -> String {
+    format!("{EXIT_STATUSES}\n\n{}", super::ENVIRONMENT)
+}
+
+/// Flags of `exec`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Seconds before the job is ended as timed out (capped by --max-job-seconds)
+    #[arg(long, value_name = "S", allow_hyphen_values = true)]
+    timeout: Option<Seconds>,
+    /// End the job as timed out after this many seconds without output
+    #[arg(long, value_name = "S", allow_hyphen_values = true)]
+    idle_timeout: Option<Seconds>,
+    /// Wait at most this many seconds for the end, then leave the job running (0: print
+    /// its id and return at once); default: until it ends
+    #[arg(long, value_name = "S", allow_hyphen_values = true)]
+    wait: Option<SecondsOrZero>,
+    /// Working folder of the job
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<PathBuf>,
+    /// An environment variable for the job (repeatable)
+    #[arg(long = "env", value_name = "NAME=VALUE")]
+    env: Vec<String>,
+    /// A 0600 file of NAME=value secrets (repeatable); values are redacted from output
+    #[arg(long = "secret-file", value_name = "FILE")]
+    secret_files: Vec<PathBuf>,
+    /// Print the job record (with its output tail) as JSON instead of streaming output
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    limits: LimitArgs,
+    /// The command; words are joined with single spaces (as ssh does)
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+pub fn run(a: Args) -> Result<i32> {
+    let cfg = a.limits.config();
+    let mut req = StartRequest {
+        command: a.command.join(" "),
+        cwd: a.cwd.map(|c| c.to_string_lossy().into_owned()),
+        timeout_seconds: a.timeout.map(|t| t.0),
+        idle_timeout_seconds: a.idle_timeout.map(|t| t.0),
+        ..Default::default()
+    };
+    let wait = a.wait.map(|w| w.0);
+    for kv in a.env {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| Error::Invalid(format!("--env {kv:?} is malformed: use NAME=value")))?;
+        spec::check_env(k, v)?;
+        req.env.insert(k.to_string(), v.to_string());
+    }
+    for f in &a.secret_files {
+        for var in crate::os::privfile::load_file(f)? {
+            req.secrets.retain(|s| s.name != var.name);
+            req.secrets.push(var);
+        }
+    }
+    let store = super::open_store()?;
+    exec(&store, &cfg, req, wait, a.json)
+}
+
+fn exec(
+    store: &Store,
+    cfg: &Config,
+    req: StartRequest,
+    wait: Option<f64>,
+    json: bool,
+) -> Result<i32> {
+    // Ctrl-C (or TERM/HUP) cancels the job rather than orphaning it. Registered before
+    // the start, so an interrupt during the start is not lost (it cancels the new job).
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
+        let _ = signal_hook::flag::register(sig, Arc::clone(&interrupted));
+    }
+    let (rec, events) = launch::start_watched(store, cfg, req)?;
+    let id = rec.id.clone();
+    let mut waiter = match events {
+        Some(e) => Waiter::Events(e),
+        None => Waiter::files(store, &id),
+    };
+    // `--wait 0` returns at once with the job id: no output, which could only be the
+    // little the job printed so far.
+    let detached = wait == Some(0.0);
+    let mut deadline = wait.map(|w| Instant::now() + Duration::from_secs_f64(w));
+    let mut stream = !json && !detached;
+    let mut off = 0;
+    let rec = loop {
+        match watch(
+            store,
+            &id,
+            stream.then_some(&mut off),
+            deadline,
+            &interrupted,
+            &mut waiter,
+        )? {
+            Some(rec) => break rec,
+            None => {
+                // Nobody reads the output any more (e.g. `| head -1`): like Ctrl-C, end
+                // the job rather than leave it running unattended.
+                interrupted.store(true, Ordering::Relaxed);
+                (stream, deadline) = (false, None);
+            }
+        }
+    };
+    if json {
+        print_json(&store.view(&rec));
+    } else {
+        if detached {
+            print_line(&rec.id);
+        }
+        if let Some(note) = notice(&rec) {
+            diagnostic(note);
+        }
+    }
+    Ok(exit_status(&rec))
+}
+
+/// What `exec` says on stderr about how a job ended (or that it goes on), if anything:
+/// the reason when the exit status alone does not tell it.
+fn notice(rec: &JobRecord) -> Option<String> {
+    let id = &rec.id;
+    if rec.status == Status::Running {
+        return Some(format!(
+            "job {id} is still running; follow it with: gitterm-agent logs --follow {id}"
+        ));
+    }
+    let reason = rec
+        .reason
+        .as_deref()
+        .filter(|_| rec.status != Status::Succeeded)?;
+    (matches!(rec.status, Status::TimedOut | Status::Lost)
+        || rec.output_truncated
+        || rec.exit_code.is_none())
+    .then(|| format!("job {id} {}: {reason}", rec.status.as_str()))
+}
+
+/// The CLI exit status for a job: its own code, 128+signal, 124 timed out, 125 lost.
+pub fn exit_status(rec: &JobRecord) -> i32 {
+    let by_signal = || {
+        rec.signal
+            .as_deref()
+            .and_then(|s| s.parse::<nix::sys::signal::Signal>().ok())
+            .map(|s| 128 + s as i32)
+    };
+    match rec.status {
+        Status::Running => 0,
+        Status::Succeeded => 0,
+        Status::TimedOut => 124,
+        Status::Lost => 125,
+        Status::Failed if rec.exit_code.is_none() && rec.signal.is_none() => 125,
+        Status::Failed => rec.exit_code.or_else(by_signal).unwrap_or(125),
+        // A cancelled job never reports success, even if it trapped TERM and exited 0.
+        Status::Cancelled => by_signal()
+            .or(rec.exit_code.filter(|&c| c != 0))
+            .unwrap_or(130),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record of the given status, with `fields` set over the defaults.
+    fn rec(status: &str, fields: serde_json::Value) -> JobRecord {
+        let mut v = serde_json::json!({
+            "id": "job_0123456789abcdef0123", "command": "true", "cwd": "/",
+            "status": status, "exitCode": null, "signal": null,
+            "createdAt": "2024-01-01T00:00:00.000Z", "startedAt": null, "endedAt": null,
+            "timeoutSeconds": 60.0, "pid": null, "pgid": null, "outputBytes": 0,
+        });
+        for (k, x) in fields.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn exit_statuses_are_the_ones_the_help_lists() {
+        use serde_json::json;
+        let cases = [
+            ("succeeded", json!({"exitCode": 0}), 0),
+            ("running", json!({}), 0),
+            ("failed", json!({"exitCode": 3}), 3),
+            ("failed", json!({"signal": "SIGKILL"}), 137),
+            ("failed", json!({}), 125),
+            ("timed_out", json!({"signal": "SIGTERM"}), 124),
+            ("lost", json!({}), 125),
+            ("cancelled", json!({"signal": "SIGTERM"}), 143),
+            ("cancelled", json!({"exitCode": 4}), 4),
+            ("cancelled", json!({"exitCode": 0}), 130),
+            ("cancelled", json!({}), 130),
+        ];
+        for (status, fields, want) in cases {
+            let r = rec(status, fields.clone());
+            assert_eq!(exit_status(&r), want, "{status} {fields}");
+        }
+    }
+
+    #[test]
+    fn notice_names_the_job_and_why_when_the_status_does_not() {
+        use serde_json::json;
+        let id = "job_0123456789abcdef0123";
+        let running = notice(&rec("running", json!({}))).unwrap();
+        assert!(
+            running.contains(&format!("logs --follow {id}")),
+            "{running}"
+        );
+        let timed_out = rec("timed_out", json!({"reason": "ran past 60 s"}));
+        assert_eq!(
+            notice(&timed_out).unwrap(),
+            format!("job {id} timed_out: ran past 60 s")
+        );
+        // A plain failure says it all with its exit code; a success needs no word.
+        let failed = rec("failed", json!({"exitCode": 1, "reason": "x"}));
+        assert_eq!(notice(&failed), None);
+        let ok = rec("succeeded", json!({"exitCode": 0, "reason": "x"}));
+        assert_eq!(notice(&ok), None);
+        let cut = rec(
+            "failed",
+            json!({"exitCode": 1, "reason": "output cap", "outputTruncated": true}),
+        );
+        assert!(notice(&cut).unwrap().ends_with("failed: output cap"));
+    }
+}

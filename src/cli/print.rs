@@ -1,0 +1,130 @@
+//! What several commands print: JSON, short durations, the job table.
+
+use std::io::Write;
+use std::time::{Duration, SystemTime};
+
+use crate::state::store::Listed;
+
+/// Prints a line on stdout. A closed stdout is no error here: `exec` keeps SIGPIPE ignored
+/// (its job must not die with the reader), and println! would panic.
+pub fn print_line(line: impl std::fmt::Display) {
+    let _ = writeln!(std::io::stdout(), "{line}");
+}
+
+pub fn print_json(v: &serde_json::Value) {
+    print_line(serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+pub fn listed_json(l: &Listed) -> serde_json::Value {
+    match l {
+        Listed::Job(r) => serde_json::to_value(r.as_ref()).unwrap_or_default(),
+        Listed::Corrupt { id, error } => {
+            serde_json::json!({"id": id, "corrupt": true, "error": error})
+        }
+    }
+}
+
+fn since(ts: Option<&str>, until: SystemTime) -> Option<Duration> {
+    until.duration_since(crate::text::timefmt::parse(ts?)?).ok()
+}
+
+/// A short human duration: `850ms`, `12s`, `5m`, `3h`, `2d`.
+pub fn human(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0 => format!("{}ms", d.as_millis()),
+        1..=119 => format!("{s}s"),
+        120..=7199 => format!("{}m", s / 60),
+        7200..=172_799 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+pub fn print_table(list: &[Listed]) {
+    let now = SystemTime::now();
+    println!(
+        "{:<24}  {:<9}  {:>5}  {:>8}  {:>7}  COMMAND",
+        "ID", "STATUS", "AGE", "DURATION", "EXIT"
+    );
+    for l in list {
+        match l {
+            Listed::Job(r) => {
+                let end = r
+                    .ended_at
+                    .as_deref()
+                    .and_then(crate::text::timefmt::parse)
+                    .unwrap_or(now);
+                let dur = since(r.started_at.as_deref(), end)
+                    .map(human)
+                    .unwrap_or_else(|| "-".into());
+                let age = since(Some(&r.created_at), now)
+                    .map(human)
+                    .unwrap_or_else(|| "-".into());
+                let exit = match (&r.exit_code, &r.signal) {
+                    (Some(c), _) => c.to_string(),
+                    (None, Some(s)) => s.clone(),
+                    _ => "-".into(),
+                };
+                let cmd: String = r
+                    .command
+                    .chars()
+                    .map(|c| if c.is_control() { ' ' } else { c })
+                    .take(60)
+                    .collect();
+                println!(
+                    "{:<24}  {:<9}  {:>5}  {:>8}  {:>7}  {cmd}",
+                    r.id,
+                    r.status.as_str(),
+                    age,
+                    dur,
+                    exit
+                );
+            }
+            Listed::Corrupt { id, error } => println!("{id:<24}  {:<9}  {error}", "corrupt"),
+        }
+    }
+}
+
+/// Prints a message for the user on stderr, in the one style of every error and notice
+/// of the command line: `gitterm-agent: <message>`.
+pub fn diagnostic(msg: impl std::fmt::Display) {
+    eprintln!("gitterm-agent: {msg}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_durations_round_down_to_one_unit() {
+        let cases = [
+            (Duration::from_millis(850), "850ms"),
+            (Duration::from_secs(1), "1s"),
+            (Duration::from_secs(119), "119s"),
+            (Duration::from_secs(120), "2m"),
+            (Duration::from_secs(7199), "119m"),
+            (Duration::from_secs(7200), "2h"),
+            (Duration::from_secs(172_799), "47h"),
+            (Duration::from_secs(172_800), "2d"),
+        ];
+        for (d, want) in cases {
+            assert_eq!(human(d), want, "{d:?}");
+        }
+    }
+
+    #[test]
+    fn since_is_none_for_a_missing_or_later_time() {
+        let t = crate::text::timefmt::parse("2024-01-01T00:00:00.000Z").unwrap();
+        let later = t + Duration::from_secs(90);
+        assert_eq!(
+            since(Some("2024-01-01T00:00:00.000Z"), later),
+            Some(Duration::from_secs(90))
+        );
+        assert_eq!(since(None, later), None);
+        assert_eq!(since(Some("not a time"), later), None);
+        assert_eq!(
+            since(Some("2024-01-01T00:00:00.000Z"), t - Duration::from_secs(1)),
+            None
+        );
+    }
+}
