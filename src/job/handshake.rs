@@ -1,7 +1,8 @@
 //! The launcher ⇄ supervisor handshake, in one place:
 //! - the launcher passes the job's (locked) lock on [`LOCK_FD`];
-//! - the supervisor answers one line on its stdout, [`Ready::Ok`] once the shell runs or
-//!   [`Ready::Err`] with the reason;
+//! - the supervisor names itself first (`pid N`, right after it detached, so a launcher
+//!   can continue it if the job stops it before it answers), then answers one line on its
+//!   stdout, [`Ready::Ok`] once the shell runs or [`Ready::Err`] with the reason;
 //! - the same pipe then stays open as the change channel ([`JobEvents`]): a byte per
 //!   stored chunk of output, EOF once the final record is written, so the launcher learns
 //!   of the end without watching files.
@@ -13,6 +14,12 @@ use std::time::Duration;
 
 /// The fd on which the launcher hands the (already locked) job lock to the supervisor.
 pub const LOCK_FD: i32 = 3;
+
+/// How often a launcher waiting for the ready line looks after the supervisor.
+pub const NUDGE_EVERY: Duration = Duration::from_millis(200);
+
+/// How long a launcher waits for the ready line at most.
+pub const READY_WAIT: Duration = Duration::from_secs(30);
 
 /// The longest ready line read; anything longer is cut.
 const MAX_LINE: usize = 4096;
@@ -44,7 +51,64 @@ impl Ready {
         while line.len() < MAX_LINE && matches!(input.read(&mut b), Ok(1)) && b[0] != b'\n' {
             line.push(b[0]);
         }
-        let line = String::from_utf8_lossy(&line);
+        Self::from_line(&line)
+    }
+
+    /// Tells the launcher the detached supervisor's pid.
+    pub fn send_pid(out: &mut impl Write, pid: u32) -> io::Result<()> {
+        writeln!(out, "pid {pid}")?;
+        out.flush()
+    }
+
+    /// [`Ready::receive`] that gives up at `deadline`, calling `waiting` with the
+    /// supervisor's pid (once it named itself) every [`NUDGE_EVERY`] meanwhile, to
+    /// continue a supervisor that something stopped.
+    pub fn receive_within<R: Read + AsFd>(
+        input: &mut R,
+        deadline: std::time::Instant,
+        waiting: &mut dyn FnMut(Option<i32>),
+    ) -> Ready {
+        let mut line = Vec::new();
+        let mut b = [0u8];
+        let mut pid = None;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Ready::Err(
+                    "the supervisor did not answer in time (stopped or starved)".into(),
+                );
+            }
+            match crate::os::poll::readable(&*input, left.min(NUDGE_EVERY)) {
+                Ok(true) => {}
+                Ok(false) => {
+                    waiting(pid);
+                    continue;
+                }
+                Err(_) => break,
+            }
+            if line.len() >= MAX_LINE || !matches!(input.read(&mut b), Ok(1)) {
+                break;
+            }
+            if b[0] != b'\n' {
+                line.push(b[0]);
+                continue;
+            }
+            match std::str::from_utf8(&line)
+                .ok()
+                .and_then(|l| l.strip_prefix("pid "))
+            {
+                Some(p) => {
+                    pid = p.parse().ok();
+                    line.clear();
+                }
+                None => break,
+            }
+        }
+        Self::from_line(&line)
+    }
+
+    fn from_line(line: &[u8]) -> Ready {
+        let line = String::from_utf8_lossy(line);
         match line.as_ref() {
             "ok" => Ready::Ok,
             l => Ready::Err(

@@ -136,7 +136,7 @@ fn validate(req: &StartRequest, cfg: &Config) -> Result<Resolved> {
 
 /// How many jobs are running now (cheap: one folder listing).
 pub fn running_count(store: &Store) -> usize {
-    fs::read_dir(store.root().join("running"))
+    fs::read_dir(store.running_dir())
         .map(|d| d.count())
         .unwrap_or(0)
 }
@@ -148,7 +148,7 @@ fn settled_running_count(store: &Store, max: usize) -> usize {
     if n < max {
         return n;
     }
-    if let Ok(dir) = fs::read_dir(store.root().join("running")) {
+    if let Ok(dir) = fs::read_dir(store.running_dir()) {
         for e in dir.flatten() {
             match e.file_name().to_str().and_then(JobId::parse) {
                 Some(id) => match settle::load(store, &id) {
@@ -234,7 +234,7 @@ pub fn start_watched(
                 }
             }
             let _ = fs::remove_dir_all(staging_dir(store, &id));
-            let _ = fs::remove_file(store.root().join("running").join(id.as_str()));
+            let _ = fs::remove_file(store.running_marker(&id));
             Err(e)
         }
     }
@@ -361,7 +361,7 @@ fn create_and_spawn(
     fs::File::open(store.jobs_dir())
         .and_then(|d| d.sync_all())
         .map_err(io("jobs folder"))?;
-    let running = store.root().join("running");
+    let running = store.running_dir();
     crate::state::fsutil::ensure_private_dir(&running).map_err(io("running folder"))?;
     fs::write(running.join(id.as_str()), b"").map_err(io("running marker"))?;
 
@@ -392,7 +392,19 @@ fn spawn_supervisor(store: &Store, id: &JobId, lock: &fs::File) -> Result<JobEve
         .map_err(|e| Error::io("starting the job's supervisor", e))?;
     let mut out = child.stdout.take();
     let ready = match &mut out {
-        Some(o) => Ready::receive(o),
+        // Bounded: a job that stops its supervisor before it answers must not hang the
+        // caller; meanwhile whoever stopped it is undone.
+        Some(o) => Ready::receive_within(
+            o,
+            Instant::now() + crate::job::handshake::READY_WAIT,
+            &mut |pid| {
+                if let Some(pid) = pid
+                    && let Some(st) = crate::os::proc::stat(pid)
+                {
+                    crate::os::proc::continue_if_stopped(pid, st.start);
+                }
+            },
+        ),
         None => Ready::Err("no channel to the supervisor".into()),
     };
     // The first process exits right after forking the real supervisor; if a PID-1 reaper
@@ -429,6 +441,8 @@ pub fn cancel(store: &Store, id: &JobId, wait: Duration) -> Result<JobRecord> {
         if rec.status.is_final() {
             return Ok(rec);
         }
+        // A stopped supervisor would never act on the request.
+        settle::nudge(&rec);
         if let (Some(pid), Some(start)) = (rec.supervisor_pid, rec.supervisor_start)
             && let Some(sup) = crate::os::pidfd::Pidfd::open(pid, start)
             && sup.signal(Signal::SIGUSR1)

@@ -30,6 +30,30 @@ fn lock_within(l: &File, wait: Duration) -> bool {
     }
 }
 
+/// Continues a running job's supervisor if something stopped it: every reader does, so
+/// a waiting `exec`, `serve`'s housekeeping and any client's read keep the job's
+/// timeout alive.
+pub fn nudge(rec: &JobRecord) -> bool {
+    match (rec.supervisor_pid, rec.supervisor_start) {
+        (Some(pid), Some(start)) => crate::os::proc::continue_if_stopped(pid, start),
+        _ => false,
+    }
+}
+
+/// [`nudge`]s every running job; `serve` calls it every second, so that a job that stops
+/// its supervisor while nobody reads it still ends at its timeout. Returns how many
+/// supervisors were continued.
+pub fn nudge_running(store: &Store) -> usize {
+    let Ok(dir) = fs::read_dir(store.running_dir()) else {
+        return 0;
+    };
+    dir.flatten()
+        .filter_map(|e| JobId::parse(e.file_name().to_str()?))
+        .filter_map(|id| store.read_raw(&id).ok())
+        .filter(|r| r.status == Status::Running && nudge(r))
+        .count()
+}
+
 /// What the sweep of a lost job did, truthfully: what was ended, what survived, and
 /// what cannot be found at all.
 fn describe(sw: &crate::os::proc::Sweep) -> String {
@@ -53,6 +77,7 @@ pub fn load(store: &Store, id: &JobId) -> Result<JobRecord> {
     if rec.status != Status::Running {
         return Ok(rec);
     }
+    nudge(&rec);
     let stale_boot = match (&rec.boot_id, crate::state::sandbox::boot_id()) {
         (Some(then), now) => !now.is_empty() && *then != now,
         _ => false,
@@ -97,7 +122,7 @@ pub fn load(store: &Store, id: &JobId) -> Result<JobRecord> {
     for f in [SECRETS, SPEC, STDIN, RESERVE] {
         let _ = fs::remove_file(store.job_dir(id).join(f));
     }
-    let _ = fs::remove_file(store.root().join("running").join(id.as_str()));
+    let _ = fs::remove_file(store.running_marker(id));
     rec.status = Status::Lost;
     rec.reason = Some(match sweep {
         None => LOST_BOOT.to_string(),

@@ -131,6 +131,18 @@ pub fn threads(pid: i32) -> usize {
         .unwrap_or(0)
 }
 
+/// Continues the process that started at `start` if it is stopped (by SIGSTOP or a
+/// tracer's stop); true if it was. A job that stops its supervisor (possible only when it
+/// runs as the agent's user) must not freeze the supervision for good.
+pub fn continue_if_stopped(pid: i32, start: u64) -> bool {
+    match stat(pid) {
+        Some(s) if s.start == start && matches!(s.state, 'T' | 't') => {
+            signal_verified(pid, start, Signal::SIGCONT)
+        }
+        _ => false,
+    }
+}
+
 /// Makes this process the reaper of its orphaned descendants.
 pub fn set_child_subreaper() -> io::Result<()> {
     nix::sys::prctl::set_child_subreaper(true)?;

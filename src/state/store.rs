@@ -71,6 +71,16 @@ impl Store {
         self.jobs_dir().join(id.as_str())
     }
 
+    /// `<root>/running`: one empty marker per running job.
+    pub fn running_dir(&self) -> PathBuf {
+        self.root.join(RUNNING_DIR)
+    }
+
+    /// The running marker of job `id`.
+    pub fn running_marker(&self, id: &JobId) -> PathBuf {
+        self.running_dir().join(id.as_str())
+    }
+
     /// Parses an id given by a caller; malformed ids are "not found" and touch nothing.
     pub fn parse_id(s: &str) -> Result<JobId> {
         JobId::parse(s).ok_or_else(|| {

@@ -75,7 +75,7 @@ impl Supervisor {
         rec.ended_at = Some(crate::text::timefmt::now());
         // Before the final record: whoever sees the job ended must not then be refused a
         // new start because this one still counts as running.
-        let _ = fs::remove_file(self.store.root().join("running").join(self.id.as_str()));
+        let _ = fs::remove_file(self.store.running_marker(&self.id));
         // The reserve gives the final record room on a full disk; retry a few times.
         let _ = fs::remove_file(dir.join(RESERVE));
         for attempt in 0..5 {

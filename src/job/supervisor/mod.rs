@@ -64,7 +64,9 @@ pub fn main(root: &Path, id: &str) -> i32 {
     // nearest subreaper (or init).
     match crate::os::spawn::fork_detached() {
         Ok(false) => return 0,
-        Ok(true) => {}
+        Ok(true) => {
+            let _ = Ready::send_pid(&mut io::stdout().lock(), std::process::id());
+        }
         Err(e) => return report_failure(&format!("fork: {e}")),
     }
     let code = match Supervisor::start(&store, &id) {
@@ -115,7 +117,7 @@ fn fail_record(store: &Store, id: &JobId, msg: &str) {
         rec.reason = Some(format!("the agent could not start the job: {msg}"));
         rec.ended_at = Some(crate::text::timefmt::now());
         let _ = store.write_record(&rec);
-        let _ = fs::remove_file(store.root().join("running").join(id.as_str()));
+        let _ = fs::remove_file(store.running_marker(id));
     }
 }
 

@@ -74,6 +74,7 @@ impl Supervisor {
             let timeout = PollTimeout::try_from(ms.max(if wake > now { 1 } else { 0 }))
                 .unwrap_or(PollTimeout::MAX);
 
+            let slept_from = Instant::now();
             let (pipe_ready, sig_ready) = {
                 let mut fds = vec![PollFd::new(self.sigfd.as_fd(), PollFlags::POLLIN)];
                 if let Some(p) = &self.pipe {
@@ -87,6 +88,17 @@ impl Supervisor {
                     Err(_) => (false, false),
                 }
             };
+            // Woken far later than asked: this process was stopped (a job of the agent's
+            // own user can SIGSTOP it). If the deadline passed meanwhile the job ran
+            // unsupervised past it: it timed out, whatever it did since, even exit 0.
+            let woke = Instant::now();
+            if ending.is_none()
+                && woke >= deadline
+                && woke > wake.max(slept_from) + Duration::from_secs(1)
+            {
+                ending = Some((End::Timeout, woke));
+                self.signal_all(Signal::SIGTERM);
+            }
             if pipe_ready {
                 match self.read_pipe(&mut buf) {
                     Some(0) => self.pipe = None,
