@@ -322,9 +322,6 @@ fn create_and_spawn(
         text.push_str(&crate::model::secret::serialize(&req.secrets));
         private(crate::state::layout::SECRETS, text.as_bytes()).map_err(io("secrets file"))?;
     }
-    if let Some(stdin) = &req.stdin {
-        private(crate::state::layout::STDIN, stdin).map_err(io("stdin"))?;
-    }
     let rec = JobRecord {
         format_version: FORMAT_VERSION,
         id: id.clone(),
@@ -365,7 +362,15 @@ fn create_and_spawn(
     crate::state::fsutil::ensure_private_dir(&running).map_err(io("running folder"))?;
     fs::write(running.join(id.as_str()), b"").map_err(io("running marker"))?;
 
-    let events = spawn_supervisor(store, id, &lock)?;
+    // Stdin (a .netrc, say) never touches the disk: it reaches the supervisor as a memory
+    // file on its own stdin, which it hands to the shell.
+    let stdin = req
+        .stdin
+        .as_deref()
+        .map(crate::os::spawn::memory_file)
+        .transpose()
+        .map_err(io("stdin"))?;
+    let events = spawn_supervisor(store, id, &lock, stdin)?;
     drop(lock);
     // Settles the job at once if its supervisor already died (the lock is free now).
     Ok((settle::load(store, id)?, events))
@@ -376,14 +381,19 @@ pub fn staging_dir(store: &Store, id: &JobId) -> std::path::PathBuf {
     store.jobs_dir().join(format!(".new-{id}"))
 }
 
-fn spawn_supervisor(store: &Store, id: &JobId, lock: &fs::File) -> Result<JobEvents> {
+fn spawn_supervisor(
+    store: &Store,
+    id: &JobId,
+    lock: &fs::File,
+    stdin: Option<fs::File>,
+) -> Result<JobEvents> {
     let lock_fd = lock.as_raw_fd();
     let mut cmd = Command::new("/proc/self/exe");
     cmd.arg("supervise")
         .arg("--root")
         .arg(store.root())
         .arg(id.as_str())
-        .stdin(Stdio::null())
+        .stdin(stdin.map_or_else(Stdio::null, Stdio::from))
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
     crate::os::spawn::as_supervisor(&mut cmd, lock_fd, LOCK_FD);

@@ -119,6 +119,16 @@ pub fn fork_detached() -> io::Result<bool> {
     }
 }
 
+/// A file in memory (never on disk) holding `data`, positioned at its start.
+pub fn memory_file(data: &[u8]) -> io::Result<File> {
+    use nix::sys::memfd::{MFdFlags, memfd_create};
+    use std::io::{Seek, Write};
+    let mut f = File::from(memfd_create(c"gitterm-stdin", MFdFlags::MFD_CLOEXEC)?);
+    f.write_all(data)?;
+    f.rewind()?;
+    Ok(f)
+}
+
 /// Restores SIGPIPE's default action, so that `status | head` ends quietly.
 pub fn default_sigpipe() {
     // SAFETY: resetting one signal's disposition before any thread starts.

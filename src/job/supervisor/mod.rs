@@ -8,7 +8,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -197,10 +197,14 @@ impl Supervisor {
             .and_then(|mut f| f.write_all(&[0u8; RESERVE_BYTES]));
 
         let stdin = if spec.has_stdin {
-            Stdio::from(
-                File::open(dir.join(crate::state::layout::STDIN))
-                    .map_err(|e| format!("stdin file: {e}"))?,
-            )
+            // The launcher's memory file, on our own stdin until we detach.
+            let f = File::from(
+                io::stdin()
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .map_err(|e| format!("stdin: {e}"))?,
+            );
+            Stdio::from(f)
         } else {
             Stdio::null()
         };
