@@ -78,7 +78,6 @@ impl JobCgroup {
             .any(|rel| self.path.ends_with(rel.trim_start_matches('/')))
     }
 
-    /// The cgroup at a path recorded in a job's record, if it still exists.
     /// The cgroup a record names for `job_id`, only if it is one of ours: a folder named
     /// for that job in a `gitterm` folder under the cgroup mount, with no `..` on the way.
     /// A record planted with any other path must never make a reader kill what is there.
@@ -111,9 +110,32 @@ impl JobCgroup {
         fs::write(self.path.join("cgroup.kill"), "1").is_ok()
     }
 
-    /// Removes the (empty) cgroup folder; harmless if processes remain.
+    /// Removes the (empty) cgroup folder and any nested job's folders left in it (a
+    /// nested `gitterm-agent exec` makes `gitterm/<id>` inside this one); harmless if
+    /// processes remain. A nested job also removes the `gitterm` folder it made inside
+    /// its outer job's cgroup, so the outer one can be removed in turn.
     pub fn remove(&self) {
-        let _ = fs::remove_dir(&self.path);
+        fn remove_tree(p: &Path) {
+            if let Ok(dir) = fs::read_dir(p) {
+                for e in dir.flatten() {
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        remove_tree(&e.path());
+                    }
+                }
+            }
+            let _ = fs::remove_dir(p);
+        }
+        remove_tree(&self.path);
+        if let Some(parent) = self.path.parent()
+            && parent.file_name().is_some_and(|n| n == "gitterm")
+            && parent
+                .parent()
+                .and_then(Path::file_name)
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| crate::model::JobId::parse(n).is_some())
+        {
+            let _ = fs::remove_dir(parent);
+        }
     }
 
     /// Waits (bounded) until the cgroup has no process left, then removes it.
