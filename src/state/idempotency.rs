@@ -15,6 +15,10 @@ use super::fsutil::{ensure_private_dir, write_atomic};
 use super::layout::IDEMPOTENCY_DIR;
 use super::store::Store;
 
+/// How long a start waits for another start with the same key (past the launcher's own
+/// bounded wait for its supervisor).
+const KEY_WAIT: std::time::Duration = std::time::Duration::from_secs(40);
+
 /// The longest key accepted, in bytes.
 pub const MAX_KEY_BYTES: usize = 255;
 
@@ -58,8 +62,23 @@ pub fn lock(store: &Store, key: &str) -> Result<KeyLock> {
         .mode(0o600)
         .open(&path)
         .map_err(|e| Error::io("idempotency lock", e))?;
-    f.lock().map_err(|e| Error::io("idempotency lock", e))?;
-    Ok(KeyLock(f))
+    // Bounded: the request holding it may be waiting on a supervisor that its job stopped.
+    let deadline = std::time::Instant::now() + KEY_WAIT;
+    loop {
+        match f.try_lock() {
+            Ok(()) => return Ok(KeyLock(f)),
+            Err(fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(fs::TryLockError::WouldBlock) => {
+                return Err(Error::Conflict(format!(
+                    "another request with Idempotency-Key {key:?} is still starting its job; \
+                     retry in a moment"
+                )));
+            }
+            Err(fs::TryLockError::Error(e)) => return Err(Error::io("idempotency lock", e)),
+        }
+    }
 }
 
 /// What was started with `key` before, compared with this request's `fingerprint`.
