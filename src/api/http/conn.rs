@@ -239,31 +239,34 @@ fn connection<H: Handler>(stream: Stream, handler: &H, limits: &Limits, state: &
         let expects_continue = head
             .header("expect")
             .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"));
-        if let Some(resp) = handler.check(&head) {
-            // A small body is skipped to keep the connection; a larger one is left unread
-            // (that is the point of checking first), and an unread body would be taken for
-            // the next request, so the connection closes. A client waiting for
-            // `100 Continue` may never send its body: do not wait for it.
-            let unread = match framing {
-                Framing::None => false,
-                Framing::Length(n) if n <= SKIPPABLE_BODY && !expects_continue => {
-                    read_body(&mut r, framing, limits).is_err()
+        let admitted = match handler.check(&head) {
+            Ok(a) => a,
+            Err(resp) => {
+                // A small body is skipped to keep the connection; a larger one is left unread
+                // (that is the point of checking first), and an unread body would be taken for
+                // the next request, so the connection closes. A client waiting for
+                // `100 Continue` may never send its body: do not wait for it.
+                let unread = match framing {
+                    Framing::None => false,
+                    Framing::Length(n) if n <= SKIPPABLE_BODY && !expects_continue => {
+                        read_body(&mut r, framing, limits).is_err()
+                    }
+                    _ => true,
+                };
+                if !finish(
+                    &mut r,
+                    handler,
+                    &head,
+                    resp,
+                    close || unread,
+                    unread,
+                    started,
+                ) {
+                    return;
                 }
-                _ => true,
-            };
-            if !finish(
-                &mut r,
-                handler,
-                &head,
-                resp,
-                close || unread,
-                unread,
-                started,
-            ) {
-                return;
+                continue;
             }
-            continue;
-        }
+        };
         if expects_continue && framing != Framing::None {
             let _ = r.get_mut().write_all(b"HTTP/1.1 100 Continue\r\n\r\n");
         }
@@ -278,15 +281,16 @@ fn connection<H: Handler>(stream: Stream, handler: &H, limits: &Limits, state: &
             head: head.clone(),
             body,
         };
-        let resp =
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler.handle(req))) {
-                Ok(resp) => resp,
-                Err(_) => {
-                    let mut resp = handler.fault(&Fault::Panic);
-                    resp.close = true;
-                    resp
-                }
-            };
+        let resp = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            handler.handle(admitted, req)
+        })) {
+            Ok(resp) => resp,
+            Err(_) => {
+                let mut resp = handler.fault(&Fault::Panic);
+                resp.close = true;
+                resp
+            }
+        };
         let close = close || resp.close || state.stopping.load(Ordering::SeqCst);
         if !finish(&mut r, handler, &head, resp, close, false, started) {
             return;

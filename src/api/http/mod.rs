@@ -65,11 +65,14 @@ pub enum Fault {
 
 /// The routing side of the server.
 pub trait Handler: Send + Sync + 'static {
-    /// Looks at a head before its body is read; a response here answers the request
-    /// without reading the body (so an unauthenticated client never uploads 8 MiB).
-    fn check(&self, head: &Head) -> Option<Response>;
-    /// Answers a whole request.
-    fn handle(&self, req: Request) -> Response;
+    /// What [`Handler::check`] found out about a request (its route, say), handed on to
+    /// [`Handler::handle`] so that nothing is checked twice.
+    type Admitted: Send;
+    /// Looks at a head before its body is read; `Err` answers the request without reading
+    /// the body (so an unauthenticated client never uploads 8 MiB).
+    fn check(&self, head: &Head) -> Result<Self::Admitted, Response>;
+    /// Answers a whole request that [`Handler::check`] admitted.
+    fn handle(&self, admitted: Self::Admitted, req: Request) -> Response;
     /// Renders an HTTP-level fault.
     fn fault(&self, fault: &Fault) -> Response;
     /// Called after each response was written (or failed to be), for the request log.
