@@ -118,7 +118,7 @@ impl App {
                 route.template()
             ))));
         }
-        let query = Query::parse(&head.query).map_err(refused)?;
+        let query = Query::parse(&head.query, route.query()).map_err(refused)?;
         Ok(Admitted {
             route,
             id: id.map(str::to_string),
@@ -268,10 +268,10 @@ mod tests {
         App::new(store, Config::default(), tokens, sandbox, Hub::start())
     }
 
-    /// A request to `route`'s own template with the given token and body, answered by
-    /// `app` as the connection loop would: check, then handle.
-    fn send(app: &App, route: Route, token: Option<&str>, body: &str) -> Response {
-        let path = route.template().replace("{id}", UNKNOWN_JOB);
+    /// A request to `route`'s own template with the given token, query and body, answered
+    /// by `app` as the connection loop would: check, then handle.
+    fn send(app: &App, route: Route, token: Option<&str>, query: &str, body: &str) -> Response {
+        let path = route.template().replace("{id}", UNKNOWN_JOB) + query;
         let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
         let raw = format!("{} {path} HTTP/1.1\r\n{auth}\r\n", route.method());
         let head = parse_head(raw.as_bytes(), 100).unwrap();
@@ -314,7 +314,7 @@ mod tests {
         let app = app(d.path());
         for &route in Route::ALL {
             let body = if route.method() == "POST" { "{}" } else { "" };
-            let resp = send(&app, route, Some(FULL), body);
+            let resp = send(&app, route, Some(FULL), "", body);
             let text = String::from_utf8_lossy(&resp.body);
             let (status, needle) = expected(route);
             assert_eq!(resp.status, status, "{route:?}: {text}");
@@ -330,8 +330,8 @@ mod tests {
         let app = app(d.path());
         for &route in Route::ALL {
             let body = if route.method() == "POST" { "{}" } else { "" };
-            let anon = send(&app, route, None, body);
-            let scoped = send(&app, route, Some(SCOPED), body);
+            let anon = send(&app, route, None, "", body);
+            let scoped = send(&app, route, Some(SCOPED), "", body);
             let (status, _) = expected(route);
             match route.scope() {
                 Scope::Public => assert_eq!(anon.status, status, "{route:?}"),
@@ -348,6 +348,37 @@ mod tests {
                 }
                 _ => assert_eq!(scoped.status, status, "{route:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn every_route_refuses_query_parameters_it_does_not_read() {
+        let d = tempfile::tempdir().unwrap();
+        let app = app(d.path());
+        for &route in Route::ALL {
+            let body = if route.method() == "POST" { "{}" } else { "" };
+            let resp = send(&app, route, Some(FULL), "?bogus=1", body);
+            let text = String::from_utf8_lossy(&resp.body);
+            assert_eq!(resp.status, 400, "{route:?}: {text}");
+            assert!(
+                text.contains("unknown query parameter `bogus`"),
+                "{route:?}: {text}"
+            );
+            assert_eq!(resp.route, route.template());
+            // Each parameter it does read is admitted (its value is the handler's to judge).
+            let known: Vec<String> = route.query().iter().map(|p| format!("{p}=")).collect();
+            let resp = send(
+                &app,
+                route,
+                Some(FULL),
+                &format!("?{}", known.join("&")),
+                body,
+            );
+            let text = String::from_utf8_lossy(&resp.body);
+            assert!(
+                !text.contains("unknown query parameter"),
+                "{route:?}: {text}"
+            );
         }
     }
 }

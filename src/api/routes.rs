@@ -1,5 +1,6 @@
 //! Every route the server answers, as one enum: each variant knows its method, its path
-//! template, who may call it and its handler, so no two tables can disagree.
+//! template, who may call it, the query parameters it reads and its handler, so no two
+//! tables can disagree.
 //! `docs/openapi.json` lists exactly these routes (a test checks it).
 
 use super::handlers::{self, Handle};
@@ -16,11 +17,11 @@ pub enum Scope {
 }
 
 /// Declares [`Route`] and its table: one line a route, so that adding a route without
-/// a method, template, scope or handler, or leaving it out of [`Route::ALL`], cannot
-/// compile.
+/// a method, template, scope, query parameters or handler, or leaving it out of
+/// [`Route::ALL`], cannot compile.
 macro_rules! routes {
     ($($(#[doc = $doc:literal])* $name:ident = $method:literal $template:literal, $scope:ident,
-        $handler:path;)*) => {
+        [$($param:literal),*], $handler:path;)*) => {
         /// A route the server answers.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub enum Route {
@@ -52,6 +53,13 @@ macro_rules! routes {
                 }
             }
 
+            /// The query parameters it reads; any other is refused.
+            pub const fn query(self) -> &'static [&'static str] {
+                match self {
+                    $(Route::$name => &[$($param),*],)*
+                }
+            }
+
             /// The function that answers it.
             pub(super) fn handler(self) -> Handle {
                 match self {
@@ -67,27 +75,28 @@ macro_rules! routes {
 
 routes! {
     /// `{"ok": true, "version"}`, for liveness probes.
-    Health = "GET" "/v1/health", Public, handlers::health::get;
+    Health = "GET" "/v1/health", Public, [], handlers::health::get;
     /// Start a job, and wait for its end unless told otherwise.
-    StartJob = "POST" "/v1/jobs", Scoped, handlers::jobs::start;
+    StartJob = "POST" "/v1/jobs", Scoped, [], handlers::jobs::start;
     /// The job records, newest first.
-    ListJobs = "GET" "/v1/jobs", Scoped, handlers::jobs::list;
+    ListJobs = "GET" "/v1/jobs", Scoped, ["status", "limit"], handlers::jobs::list;
     /// One record plus its output tail; long-polls for the end on request.
-    GetJob = "GET" "/v1/jobs/{id}", Scoped, handlers::jobs::get;
+    GetJob = "GET" "/v1/jobs/{id}", Scoped, ["waitSeconds"], handlers::jobs::get;
     /// A page of a job's output.
-    JobOutput = "GET" "/v1/jobs/{id}/output", Scoped, handlers::output::page;
+    JobOutput = "GET" "/v1/jobs/{id}/output", Scoped, ["offset", "limit", "waitSeconds"],
+        handlers::output::page;
     /// TERM, then KILL, to the whole job.
-    CancelJob = "POST" "/v1/jobs/{id}/cancel", Full, handlers::jobs::cancel;
+    CancelJob = "POST" "/v1/jobs/{id}/cancel", Full, [], handlers::jobs::cancel;
     /// The persisted env's names.
-    GetEnv = "GET" "/v1/env", Scoped, handlers::env::get;
+    GetEnv = "GET" "/v1/env", Scoped, [], handlers::env::get;
     /// Change the persisted env.
-    SetEnv = "POST" "/v1/env", Scoped, handlers::env::set;
+    SetEnv = "POST" "/v1/env", Scoped, [], handlers::env::set;
     /// The agent and its sandbox: version, boot, env names, job counts.
-    Sandbox = "GET" "/v1/sandbox", Scoped, handlers::sandbox::get;
+    Sandbox = "GET" "/v1/sandbox", Scoped, [], handlers::sandbox::get;
     /// Start a server job if needed, and wait until its port answers.
-    StartPreview = "POST" "/v1/previews", Full, handlers::previews::start;
+    StartPreview = "POST" "/v1/previews", Full, [], handlers::previews::start;
     /// The listening TCP ports.
-    ListPorts = "GET" "/v1/ports", Full, handlers::ports::list;
+    ListPorts = "GET" "/v1/ports", Full, [], handlers::ports::list;
 }
 
 /// What a request's method and path resolve to.
@@ -233,5 +242,65 @@ mod tests {
                 ("GET", "/v1/sandbox"),
             ]
         );
+    }
+
+    /// The JSON body fields a route reads (`None`: it reads no body at all).
+    fn body_fields(route: Route) -> Option<&'static [&'static str]> {
+        use crate::api::request::{ENV_FIELDS, PREVIEW_FIELDS, START_FIELDS};
+        match route {
+            Route::StartJob => Some(START_FIELDS),
+            Route::SetEnv => Some(ENV_FIELDS),
+            Route::StartPreview => Some(PREVIEW_FIELDS),
+            Route::CancelJob => Some(&[]),
+            Route::Health
+            | Route::ListJobs
+            | Route::GetJob
+            | Route::JobOutput
+            | Route::GetEnv
+            | Route::Sandbox
+            | Route::ListPorts => None,
+        }
+    }
+
+    #[test]
+    fn query_parameters_and_body_fields_are_the_documented_ones() {
+        let text =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/openapi.json"))
+                .unwrap();
+        let spec: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for &route in Route::ALL {
+            let op = &spec["paths"][route.template()][route.method().to_lowercase()];
+            assert!(op.is_object(), "{route:?} is not documented");
+            let documented: Vec<&str> = op["parameters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|p| p["in"] == "query")
+                .filter_map(|p| p["name"].as_str())
+                .collect();
+            assert_eq!(documented, route.query(), "{route:?}");
+            let schema = op
+                .pointer("/requestBody/content/application~1json/schema/$ref")
+                .and_then(|r| r.as_str())
+                .and_then(|r| r.strip_prefix('#'))
+                .and_then(|r| spec.pointer(r));
+            match (body_fields(route), schema) {
+                (Some(fields), Some(schema)) if !fields.is_empty() => {
+                    let mut documented: Vec<&str> = schema["properties"]
+                        .as_object()
+                        .unwrap()
+                        .keys()
+                        .map(String::as_str)
+                        .collect();
+                    let mut fields = fields.to_vec();
+                    documented.sort();
+                    fields.sort();
+                    assert_eq!(documented, fields, "{route:?}");
+                    assert_eq!(schema["additionalProperties"], false, "{route:?}");
+                }
+                (None | Some([]), None) => {}
+                (fields, schema) => panic!("{route:?}: reads {fields:?}, documents {schema:?}"),
+            }
+        }
     }
 }

@@ -84,6 +84,7 @@ pub fn get(app: &App, call: &Call<'_>) -> Reply {
 
 pub fn cancel(app: &App, call: &Call<'_>) -> Reply {
     let id = call.job()?;
+    request::no_body(call.body)?;
     // The grace period, plus a margin for the supervisor to write the final record.
     let wait = Duration::from_secs_f64(app.cfg.grace_seconds + 5.0);
     let rec = launch::cancel(&app.store, &id, wait)?;
