@@ -261,16 +261,22 @@ mod tests {
     const SCOPED: &str = "scoped-token-0123456789abcdef";
     const UNKNOWN_JOB: &str = "job_00000000000000000000";
 
-    fn app(root: &std::path::Path) -> App {
+    /// A server over an empty state root (kept while the folder lives).
+    fn app() -> (tempfile::TempDir, App) {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
         let store = Store::open(root).unwrap();
         let tokens = Tokens::new(FULL.into(), Some(SCOPED.into())).unwrap();
         let sandbox = crate::state::sandbox::record_start_with(root, "boot-a").unwrap();
-        App::new(store, Config::default(), tokens, sandbox, Hub::start())
+        let app = App::new(store, Config::default(), tokens, sandbox, Hub::start());
+        (d, app)
     }
 
-    /// A request to `route`'s own template with the given token, query and body, answered
-    /// by `app` as the connection loop would: check, then handle.
-    fn send(app: &App, route: Route, token: Option<&str>, query: &str, body: &str) -> Response {
+    /// A request to `route`'s own template with the given token and query (and an empty
+    /// JSON object as the body of a POST), answered by `app` as the connection loop would:
+    /// check, then handle.
+    fn send(app: &App, route: Route, token: Option<&str>, query: &str) -> Response {
+        let body = if route.method() == "POST" { "{}" } else { "" };
         let path = route.template().replace("{id}", UNKNOWN_JOB) + query;
         let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
         let raw = format!("{} {path} HTTP/1.1\r\n{auth}\r\n", route.method());
@@ -310,11 +316,9 @@ mod tests {
 
     #[test]
     fn every_route_is_dispatched_to_its_handler() {
-        let d = tempfile::tempdir().unwrap();
-        let app = app(d.path());
+        let (_d, app) = app();
         for &route in Route::ALL {
-            let body = if route.method() == "POST" { "{}" } else { "" };
-            let resp = send(&app, route, Some(FULL), "", body);
+            let resp = send(&app, route, Some(FULL), "");
             let text = String::from_utf8_lossy(&resp.body);
             let (status, needle) = expected(route);
             assert_eq!(resp.status, status, "{route:?}: {text}");
@@ -326,12 +330,10 @@ mod tests {
 
     #[test]
     fn every_route_admits_by_its_scope() {
-        let d = tempfile::tempdir().unwrap();
-        let app = app(d.path());
+        let (_d, app) = app();
         for &route in Route::ALL {
-            let body = if route.method() == "POST" { "{}" } else { "" };
-            let anon = send(&app, route, None, "", body);
-            let scoped = send(&app, route, Some(SCOPED), "", body);
+            let anon = send(&app, route, None, "");
+            let scoped = send(&app, route, Some(SCOPED), "");
             let (status, _) = expected(route);
             match route.scope() {
                 Scope::Public => assert_eq!(anon.status, status, "{route:?}"),
@@ -353,11 +355,9 @@ mod tests {
 
     #[test]
     fn every_route_refuses_query_parameters_it_does_not_read() {
-        let d = tempfile::tempdir().unwrap();
-        let app = app(d.path());
+        let (_d, app) = app();
         for &route in Route::ALL {
-            let body = if route.method() == "POST" { "{}" } else { "" };
-            let resp = send(&app, route, Some(FULL), "?bogus=1", body);
+            let resp = send(&app, route, Some(FULL), "?bogus=1");
             let text = String::from_utf8_lossy(&resp.body);
             assert_eq!(resp.status, 400, "{route:?}: {text}");
             assert!(
@@ -367,13 +367,7 @@ mod tests {
             assert_eq!(resp.route, route.template());
             // Each parameter it does read is admitted (its value is the handler's to judge).
             let known: Vec<String> = route.query().iter().map(|p| format!("{p}=")).collect();
-            let resp = send(
-                &app,
-                route,
-                Some(FULL),
-                &format!("?{}", known.join("&")),
-                body,
-            );
+            let resp = send(&app, route, Some(FULL), &format!("?{}", known.join("&")));
             let text = String::from_utf8_lossy(&resp.body);
             assert!(
                 !text.contains("unknown query parameter"),
