@@ -7,11 +7,11 @@
 //! Our own, not tiny_http: that crate cannot bound head size, read times or connections.
 //! It knows nothing of routes or JSON (those live in [`super::routes`]), and is laid out as
 //! hyper's `proto/h1`:
-//! - [`conn`]: the accept loop and each connection's loop (keep-alive, limits, timeouts);
-//! - [`head`]: reading and parsing the request line and headers;
-//! - [`body`]: the body's framing (`Content-Length` or chunked) and reading it;
-//! - [`encode`]: writing responses;
-//! - [`net`]: the TCP and Unix sockets under all of it.
+//! - `conn.rs`: the accept loop and each connection's loop (keep-alive, limits, timeouts);
+//! - `head.rs`: reading and parsing the request line and headers;
+//! - `body.rs`: the body's framing (`Content-Length` or chunked) and reading it;
+//! - `encode.rs`: writing responses;
+//! - `net.rs`: the TCP and Unix sockets under all of it.
 
 mod body;
 mod conn;
