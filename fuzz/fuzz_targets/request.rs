@@ -1,5 +1,5 @@
 //! Request parsing never panics, and every refusal is a client error (`invalid` or
-//! `too_large`), never an internal one: request bodies of every route, query decoding,
+//! `too_large`), never an internal one: request bodies of every route, query strings,
 //! base64, and the HTTP head and its framing.
 #![no_main]
 use gitterm_agent::api::{http, request};
@@ -17,7 +17,9 @@ fuzz_target!(|data: &[u8]| {
     client_error(request::start_body(data, Some("key")));
     client_error(request::env_body(data));
     client_error(request::preview_body(data, None));
+    client_error(request::no_body(data));
     if let Ok(s) = std::str::from_utf8(data) {
+        client_error(request::Query::parse(s, &["offset", "limit", "waitSeconds"]));
         let _ = request::percent_decode(s);
         let _ = request::base64_decode(s);
     }

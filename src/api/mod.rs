@@ -2,14 +2,18 @@
 //!
 //! - [`http`]: the HTTP/1.1 layer (std threads, every client-controlled size and wait
 //!   bounded); it knows nothing of routes or JSON.
-//! - [`routes`]: routing, handlers and the request log.
+//! - [`routes`]: every route as one [`Route`] enum (method, template, scope, handler).
+//! - [`app`]: admission (auth, routing, scope, query), dispatch, error answers and the
+//!   request log; [`handlers`]: one file per resource.
 //! - [`auth`]: tokens; [`request`]: pure parsing of queries and bodies; [`watch`]: one
 //!   shared inotify instance for long-polls.
 //!
 //! The server keeps no state beyond the store: each job has its own supervisor process, so
 //! stopping or killing the server never touches a running job, and a restart is a rescan.
 
+pub mod app;
 pub mod auth;
+pub mod handlers;
 pub mod http;
 pub mod request;
 pub mod routes;
@@ -27,7 +31,7 @@ use crate::model::error::{Error, Result};
 use crate::model::limits::Seconds;
 use crate::state::store::Store;
 
-pub use routes::ROUTES;
+pub use routes::{ROUTES, Route, Scope};
 
 /// The default `--listen`.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7433";
@@ -151,13 +155,7 @@ pub fn serve_main(args: ServeArgs) -> Result<i32> {
         log(serde_json::json!({"event": "panic", "error": info.to_string()}));
     }));
     let hub = watch::Hub::start();
-    let app = Arc::new(routes::App::new(
-        store,
-        cfg,
-        tokens,
-        sandbox,
-        Arc::clone(&hub),
-    ));
+    let app = Arc::new(app::App::new(store, cfg, tokens, sandbox, Arc::clone(&hub)));
     let limits = http::Limits {
         max_body: args.max_body,
         max_connections,

@@ -1,9 +1,12 @@
 //! Pure request parsing: query strings, and JSON bodies turned into the agent's own types.
 //! No I/O here, so every rule is unit tested next to it.
 //!
-//! Rules shared by every body: it must be a JSON object; unknown fields are ignored (a newer
-//! client may send more); a known field with the wrong type is `invalid`, and the message
-//! names the field; `null` is the same as leaving a field out.
+//! Rules shared by every body: it must be a JSON object; a field it does not know is
+//! `invalid` (a misspelt `timeout` must not quietly run with the default), and so is a
+//! known field with the wrong type; the message names the field, and for an unknown one
+//! the known field it most likely meant. `null` is the same as leaving a field out.
+//! Query strings follow the same rule: each route names the parameters it reads. The
+//! wording of those refusals, and the guess, live in `unknown.rs`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -13,6 +16,9 @@ use serde_json::{Map, Value};
 use crate::model::error::{Error, Result};
 use crate::model::spec::StartRequest;
 use crate::os::probe::Probe;
+
+mod unknown;
+use unknown::{FIELD, QUERY_PARAMETER, unknown_names};
 
 /// `waitSeconds` when a start request gives none.
 pub const DEFAULT_WAIT_SECONDS: f64 = 30.0;
@@ -53,13 +59,17 @@ pub fn percent_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// A parsed query string: each name at most once.
+/// A parsed query string: each name at most once, and only names its route reads.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Query(BTreeMap<String, String>);
+pub struct Query {
+    map: BTreeMap<String, String>,
+    known: &'static [&'static str],
+}
 
 impl Query {
-    /// Parses `a=1&b=2`. A name given twice, or a broken escape, is `invalid`.
-    pub fn parse(q: &str) -> Result<Query> {
+    /// Parses `a=1&b=2` for a route that reads the parameters `known`. A name given twice,
+    /// a name not in `known`, or a broken escape, is `invalid`.
+    pub fn parse(q: &str, known: &'static [&'static str]) -> Result<Query> {
         let mut map = BTreeMap::new();
         for pair in q.split('&').filter(|p| !p.is_empty()) {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -74,12 +84,29 @@ impl Query {
             }
             map.insert(name, value);
         }
-        Ok(Query(map))
+        let unknown: Vec<&str> = map
+            .keys()
+            .map(String::as_str)
+            .filter(|n| !known.contains(n))
+            .collect();
+        if !unknown.is_empty() {
+            return Err(Error::Invalid(unknown_names(
+                &QUERY_PARAMETER,
+                &unknown,
+                known,
+                &[],
+            )));
+        }
+        Ok(Query { map, known })
     }
 
     /// A raw value.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.0.get(name).map(String::as_str)
+        debug_assert!(
+            self.known.contains(&name),
+            "{name} is not a known parameter"
+        );
+        self.map.get(name).map(String::as_str)
     }
 
     /// A whole number, within `min..=max`.
@@ -150,8 +177,71 @@ pub fn object(body: &[u8]) -> Result<Map<String, Value>> {
     }
 }
 
-/// Typed access to an object's fields.
-struct Fields<'a>(&'a Map<String, Value>);
+/// The fields a body may hold, and which of them it must.
+struct Shape {
+    known: &'static [&'static str],
+    required: &'static [&'static str],
+}
+
+/// The fields of a `POST /v1/jobs` body.
+pub const START_FIELDS: &[&str] = &[
+    "command",
+    "cwd",
+    "env",
+    "stdin",
+    "encoding",
+    "secretEnv",
+    "secretFiles",
+    "timeoutSeconds",
+    "idleTimeoutSeconds",
+    "waitSeconds",
+    "background",
+];
+const START: Shape = Shape {
+    known: START_FIELDS,
+    required: &["command"],
+};
+
+/// The fields of a `POST /v1/env` body.
+pub const ENV_FIELDS: &[&str] = &["set", "unset", "replace"];
+const ENV: Shape = Shape {
+    known: ENV_FIELDS,
+    required: &[],
+};
+
+/// The fields of a `POST /v1/previews` body.
+pub const PREVIEW_FIELDS: &[&str] = &[
+    "port",
+    "command",
+    "cwd",
+    "env",
+    "timeoutSeconds",
+    "waitSeconds",
+    "probe",
+    "path",
+];
+const PREVIEW: Shape = Shape {
+    known: PREVIEW_FIELDS,
+    required: &["port"],
+};
+
+/// A body for a route that reads none: empty, or a JSON object without fields.
+pub fn no_body(body: &[u8]) -> Result<()> {
+    if body.iter().all(|b| b.is_ascii_whitespace()) {
+        return Ok(());
+    }
+    const NONE: Shape = Shape {
+        known: &[],
+        required: &[],
+    };
+    Fields::new(&object(body)?, &NONE).map(drop)
+}
+
+/// Typed access to an object's fields, once it is known to hold no others.
+struct Fields<'a> {
+    map: &'a Map<String, Value>,
+    known: &'static [&'static str],
+}
 
 fn wrong_type(name: &str, want: &str, got: &Value) -> Error {
     let got = match got {
@@ -166,8 +256,36 @@ fn wrong_type(name: &str, want: &str, got: &Value) -> Error {
 }
 
 impl<'a> Fields<'a> {
+    /// The fields of `map`, refusing any that `shape` does not know.
+    fn new(map: &'a Map<String, Value>, shape: &Shape) -> Result<Fields<'a>> {
+        let unknown: Vec<&str> = map
+            .keys()
+            .map(String::as_str)
+            .filter(|n| !shape.known.contains(n))
+            .collect();
+        if !unknown.is_empty() {
+            let missing: Vec<&str> = shape
+                .required
+                .iter()
+                .copied()
+                .filter(|r| map.get(*r).is_none_or(Value::is_null))
+                .collect();
+            return Err(Error::Invalid(unknown_names(
+                &FIELD,
+                &unknown,
+                shape.known,
+                &missing,
+            )));
+        }
+        Ok(Fields {
+            map,
+            known: shape.known,
+        })
+    }
+
     fn get(&self, name: &str) -> Option<&'a Value> {
-        self.0.get(name).filter(|v| !v.is_null())
+        debug_assert!(self.known.contains(&name), "{name} is not a known field");
+        self.map.get(name).filter(|v| !v.is_null())
     }
 
     fn string(&self, name: &str) -> Result<Option<&'a str>> {
@@ -252,7 +370,7 @@ pub struct StartBody {
 /// Parses a `POST /v1/jobs` body (and the `Idempotency-Key` header, if any).
 pub fn start_body(body: &[u8], idempotency_key: Option<&str>) -> Result<StartBody> {
     let map = object(body)?;
-    let f = Fields(&map);
+    let f = Fields::new(&map, &START)?;
     let command = match f.get("command") {
         None => {
             return Err(Error::Invalid(
@@ -389,7 +507,7 @@ pub struct EnvBody {
 /// Parses a `POST /v1/env` body.
 pub fn env_body(body: &[u8]) -> Result<EnvBody> {
     let map = object(body)?;
-    let f = Fields(&map);
+    let f = Fields::new(&map, &ENV)?;
     Ok(EnvBody {
         set: f.string_map("set")?,
         unset: f.string_array("unset")?,
@@ -410,7 +528,7 @@ pub struct PreviewBody {
 /// Parses a `POST /v1/previews` body.
 pub fn preview_body(body: &[u8], idempotency_key: Option<&str>) -> Result<PreviewBody> {
     let map = object(body)?;
-    let f = Fields(&map);
+    let f = Fields::new(&map, &PREVIEW)?;
     let port = match f.get("port") {
         None => return Err(Error::Invalid("port is missing".into())),
         Some(Value::Number(n)) => {
@@ -460,6 +578,7 @@ pub fn preview_body(body: &[u8], idempotency_key: Option<&str>) -> Result<Previe
 
 #[cfg(test)]
 mod tests {
+    use super::unknown::closest;
     use super::*;
     use proptest::prelude::*;
 
@@ -477,7 +596,9 @@ mod tests {
             prop_assert!(client_error(start_body(&data, None)));
             prop_assert!(client_error(env_body(&data)));
             prop_assert!(client_error(preview_body(&data, None)));
+            prop_assert!(client_error(no_body(&data)));
             if let Ok(s) = std::str::from_utf8(&data) {
+                prop_assert!(client_error(Query::parse(s, &["offset", "limit"])));
                 let _ = percent_decode(s);
                 let _ = base64_decode(s);
             }
@@ -501,9 +622,35 @@ mod tests {
             body.insert("env".into(), serde_json::json!({ env_name.clone(): "v" }));
             let bytes = serde_json::to_vec(&body).unwrap();
             prop_assert!(client_error(start_body(&bytes, Some("k"))));
+            body.retain(|k, _| PREVIEW_FIELDS.contains(&k.as_str()));
+            body.insert("port".into(), 8080.into());
+            let bytes = serde_json::to_vec(&body).unwrap();
             prop_assert!(client_error(preview_body(&bytes, None)));
             let env = serde_json::to_vec(&serde_json::json!({"set": { env_name: "v" }})).unwrap();
             prop_assert!(client_error(env_body(&env)));
+        }
+
+        #[test]
+        fn unknown_names_are_always_refused_and_known_ones_never(
+            name in "\\PC{0,80}",
+            known in proptest::sample::subsequence(START_FIELDS.to_vec(), 0..=START_FIELDS.len()),
+        ) {
+            let mut body = serde_json::Map::new();
+            body.insert(name.clone(), Value::Null);
+            let bytes = serde_json::to_vec(&body).unwrap();
+            let r = start_body(&bytes, None);
+            if START_FIELDS.contains(&name.as_str()) {
+                prop_assert!(!matches!(&r, Err(Error::Invalid(m)) if m.starts_with("unknown")));
+            } else {
+                prop_assert!(invalid(r).starts_with("unknown field `"));
+            }
+            // A suggestion is always one of the known names, and a known name is its own.
+            if let Some(g) = closest(&name, &known) {
+                prop_assert!(known.contains(&g));
+            }
+            for k in &known {
+                prop_assert_eq!(closest(k, &known), Some(*k));
+            }
         }
     }
 
@@ -527,13 +674,17 @@ mod tests {
 
     #[test]
     fn query_strings() {
-        let q = Query::parse("status=running&limit=5&x").unwrap();
+        let q = Query::parse(
+            "status=running&limit=5&x",
+            &["status", "limit", "x", "nope"],
+        )
+        .unwrap();
         assert_eq!(q.get("status"), Some("running"));
         assert_eq!(q.get("x"), Some(""));
         assert_eq!(q.uint("limit", 1, 10).unwrap(), Some(5));
         assert_eq!(q.uint("nope", 1, 10).unwrap(), None);
-        assert!(invalid(Query::parse("a=1&a=2")).contains("more than once"));
-        assert!(Query::parse("a=%zz").is_err());
+        assert!(invalid(Query::parse("a=1&a=2", &["a"])).contains("more than once"));
+        assert!(Query::parse("a=%zz", &["a"]).is_err());
         for v in [
             "0",
             "11",
@@ -544,13 +695,13 @@ mod tests {
             "99999999999999999999999",
             "0x5",
         ] {
-            let q = Query::parse(&format!("limit={v}")).unwrap();
+            let q = Query::parse(&format!("limit={v}"), &["limit"]).unwrap();
             assert!(invalid(q.uint("limit", 1, 10)).contains("limit"), "{v}");
         }
-        let q = Query::parse("waitSeconds=2.5").unwrap();
+        let q = Query::parse("waitSeconds=2.5", &["waitSeconds"]).unwrap();
         assert_eq!(q.seconds("waitSeconds", 600.0).unwrap(), Some(2.5));
         for v in ["-1", "601", "nan", "inf", "x", ""] {
-            let q = Query::parse(&format!("waitSeconds={v}")).unwrap();
+            let q = Query::parse(&format!("waitSeconds={v}"), &["waitSeconds"]).unwrap();
             assert!(
                 invalid(q.seconds("waitSeconds", 600.0)).contains("waitSeconds"),
                 "{v}"
@@ -563,7 +714,7 @@ mod tests {
         let b = start_body(
             br#"{"command":"echo hi","cwd":"/tmp","env":{"A":"1"},"stdin":"aGk=","encoding":"base64",
                 "secretEnv":{"TOKEN":"s3cret"},"secretFiles":["/x/y"],"timeoutSeconds":5,
-                "idleTimeoutSeconds":1.5,"waitSeconds":0,"unknown":{"deep":[1]}}"#,
+                "idleTimeoutSeconds":1.5,"waitSeconds":0}"#,
             Some("key-1"),
         )
         .unwrap();
@@ -755,5 +906,164 @@ mod tests {
                 "{body}"
             );
         }
+    }
+
+    const START_LIST: &str = "the fields are command, cwd, env, stdin, encoding, secretEnv, secretFiles, timeoutSeconds, idleTimeoutSeconds, waitSeconds, background";
+
+    #[test]
+    fn unknown_body_fields_are_refused_naming_the_closest_known_one() {
+        let start = |b: &str| invalid(start_body(b.as_bytes(), None));
+        let cases: &[(&str, &str)] = &[
+            (
+                r#"{"command":"sleep 1","timeout":5}"#,
+                "unknown field `timeout`; did you mean `timeoutSeconds`?",
+            ),
+            (
+                r#"{"command":"x","timout":5}"#,
+                "unknown field `timout`; did you mean `timeoutSeconds`?",
+            ),
+            (
+                r#"{"command":"x","timeout_seconds":5}"#,
+                "unknown field `timeout_seconds`; did you mean `timeoutSeconds`?",
+            ),
+            (
+                r#"{"command":"x","idleTimeout":5}"#,
+                "unknown field `idleTimeout`; did you mean `idleTimeoutSeconds`?",
+            ),
+            (
+                r#"{"command":"x","WaitSeconds":5}"#,
+                "unknown field `WaitSeconds`; did you mean `waitSeconds`?",
+            ),
+            (
+                r#"{"command":"x","secret_env":{}}"#,
+                "unknown field `secret_env`; did you mean `secretEnv`?",
+            ),
+            (
+                r#"{"command":"x","environment":{}}"#,
+                "unknown field `environment`; did you mean `env`?",
+            ),
+            // null does not make a field known.
+            (
+                r#"{"command":"x","timeout":null}"#,
+                "unknown field `timeout`; did you mean `timeoutSeconds`?",
+            ),
+            // A misspelt required field: the refusal says it is also missing.
+            (
+                r#"{"comand":"ls"}"#,
+                "unknown field `comand`; did you mean `command`? (command is missing)",
+            ),
+            (
+                r#"{"nocommand":true}"#,
+                "unknown field `nocommand`; did you mean `command`? (command is missing)",
+            ),
+        ];
+        for (body, want) in cases {
+            assert_eq!(start(body), *want, "{body}");
+        }
+        // Nothing close: no guess, and the known fields in full.
+        for (body, name) in [
+            (r#"{"command":"x","user":"bob"}"#, "user"),
+            (r#"{"command":"x","detach":true}"#, "detach"),
+            (r#"{"command":"x","zzzzzzzz":1}"#, "zzzzzzzz"),
+        ] {
+            assert_eq!(
+                start(body),
+                format!("unknown field `{name}`; {START_LIST}"),
+                "{body}"
+            );
+        }
+        assert_eq!(
+            start(r#"{"foo":1,"comand":"x"}"#),
+            format!(
+                "unknown fields `comand` (did you mean `command`?), `foo`; {START_LIST} (command is missing)"
+            )
+        );
+        let many: serde_json::Map<String, Value> =
+            (0..7).map(|i| (format!("x{i}"), Value::Null)).collect();
+        let m = start(&serde_json::to_string(&many).unwrap());
+        assert!(
+            m.starts_with(
+                "unknown fields `x0`, `x1`, `x2`, `x3`, `x4`, and 2 more; the fields are"
+            ),
+            "{m}"
+        );
+        // A hostile name is shown escaped and cut short.
+        let long = format!("{}\n", "a".repeat(100));
+        let m = start(&serde_json::json!({ long: 1, "command": "x" }).to_string());
+        assert!(
+            m.starts_with(&format!("unknown field `{}…`;", "a".repeat(64))),
+            "{m}"
+        );
+        let m = start(r#"{"command":"x","a\nb\u0000":1}"#);
+        assert!(m.starts_with("unknown field `a\\nb\\0`;"), "{m}");
+
+        let env = |b: &str| invalid(env_body(b.as_bytes()));
+        assert_eq!(
+            env(r#"{"sett":{"A":"1"}}"#),
+            "unknown field `sett`; did you mean `set`?"
+        );
+        assert_eq!(
+            env(r#"{"unset":[],"remove":["A"]}"#),
+            "unknown field `remove`; the fields are set, unset, replace"
+        );
+        let preview = |b: &str| invalid(preview_body(b.as_bytes(), None));
+        assert_eq!(
+            preview(r#"{"prot":80}"#),
+            "unknown field `prot`; did you mean `port`? (port is missing)"
+        );
+        assert_eq!(
+            preview(r#"{"port":80,"wait":5}"#),
+            "unknown field `wait`; did you mean `waitSeconds`?"
+        );
+        assert!(
+            preview(r#"{"port":80,"command":"x","stdin":"y"}"#)
+                .starts_with("unknown field `stdin`; the fields are port, command,")
+        );
+    }
+
+    #[test]
+    fn a_route_without_a_body_takes_an_empty_one_or_an_empty_object() {
+        for ok in ["", " \r\n", "{}", " { } "] {
+            assert!(no_body(ok.as_bytes()).is_ok(), "{ok:?}");
+        }
+        assert_eq!(
+            invalid(no_body(br#"{"force":true}"#)),
+            "unknown field `force`: this request's body takes none"
+        );
+        assert!(invalid(no_body(b"[]")).contains("JSON object"));
+        assert!(invalid(no_body(b"force")).contains("not valid JSON"));
+    }
+
+    #[test]
+    fn unknown_query_parameters_are_refused_naming_the_closest_known_one() {
+        const OUTPUT: &[&str] = &["offset", "limit", "waitSeconds"];
+        let q = |s: &str, known: &'static [&'static str]| invalid(Query::parse(s, known));
+        assert_eq!(
+            q("ofset=10", OUTPUT),
+            "unknown query parameter `ofset`; did you mean `offset`?"
+        );
+        assert_eq!(
+            q("offset=0&wait=5", OUTPUT),
+            "unknown query parameter `wait`; did you mean `waitSeconds`?"
+        );
+        assert_eq!(
+            q("waitseconds=5", OUTPUT),
+            "unknown query parameter `waitseconds`; did you mean `waitSeconds`?"
+        );
+        assert_eq!(
+            q("limit=1&follow=true", OUTPUT),
+            "unknown query parameter `follow`; the query parameters are offset, limit, waitSeconds"
+        );
+        assert_eq!(
+            q("statuss=running&lmit=2", &["status", "limit"]),
+            "unknown query parameters `lmit` (did you mean `limit`?), `statuss` (did you mean `status`?)"
+        );
+        assert_eq!(
+            q("x=1", &[]),
+            "unknown query parameter `x`: this route takes none"
+        );
+        // Decoded before the check: %6Fffset is offset.
+        assert!(Query::parse("%6Fffset=1&limit=2", OUTPUT).is_ok());
+        assert!(Query::parse("", &[]).is_ok() && Query::parse("&&", &[]).is_ok());
     }
 }

@@ -1,0 +1,378 @@
+//! The server's side of the HTTP layer: admission, dispatch to the handlers, the error
+//! answers and the request log.
+//!
+//! Order of checks for each request, all before its body is read: a public route
+//! (`GET /v1/health`) needs nothing; everything else is authenticated first (so an
+//! unauthenticated client learns nothing, not even which routes exist), then routed
+//! (unknown path: 404 `not_found`; known path, wrong method: 400 `invalid` with an `Allow`
+//! header), then the scoped token's limits apply (403 `forbidden`), then the query string
+//! is parsed. Only then is the body read and the route's handler called.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::auth::{Access, Tokens};
+use super::handlers::{Call, Failure};
+use super::http::{Fault, Handler, Head, Request, Response};
+use super::request::Query;
+use super::routes::{Matched, Route, Scope};
+use super::watch::Hub;
+use crate::model::JobId;
+use crate::model::error::Error;
+use crate::model::spec::Config;
+use crate::state::envstore::EnvStore;
+use crate::state::sandbox::SandboxStart;
+use crate::state::store::Store;
+
+/// The server's handler: the store, limits and tokens.
+pub struct App {
+    pub(super) store: Store,
+    pub(super) cfg: Config,
+    tokens: Tokens,
+    pub(super) sandbox: SandboxStart,
+    pub(super) hub: Arc<Hub>,
+}
+
+/// A request that passed every check on its head.
+#[derive(Debug)]
+pub struct Admitted {
+    route: Route,
+    /// The path's `{id}` segment, as sent.
+    id: Option<String>,
+    query: Query,
+}
+
+impl App {
+    /// A handler over `store`.
+    pub fn new(
+        store: Store,
+        cfg: Config,
+        tokens: Tokens,
+        sandbox: SandboxStart,
+        hub: Arc<Hub>,
+    ) -> App {
+        App {
+            store,
+            cfg,
+            tokens,
+            sandbox,
+            hub,
+        }
+    }
+
+    /// The persisted env.
+    pub(super) fn env(&self) -> EnvStore {
+        EnvStore::open(self.store.root())
+    }
+
+    /// Authenticates, routes, checks scope and parses the query; `Err` is the answer when
+    /// the request may not go on.
+    fn admit(&self, head: &Head) -> Result<Admitted, Response> {
+        let access = if Route::is_public_path(&head.path) {
+            Access::Full
+        } else {
+            let auth: Vec<&str> = head.all("authorization").collect();
+            self.tokens
+                .check(&auth, &head.query)
+                .map_err(|e| error_response(e.into()))?
+        };
+        let (route, id) = match Route::find(&head.method, &head.path) {
+            Matched::Route(route, id) => (route, id),
+            Matched::WrongMethod(allowed) => {
+                let mut resp = error_response(
+                    Error::Invalid(format!(
+                        "{} does not accept {}; use {}",
+                        head.path,
+                        shown_method(&head.method),
+                        allowed.join(" or ")
+                    ))
+                    .into(),
+                );
+                resp.status = 400;
+                resp.headers.push(("Allow", allowed.join(", ")));
+                return Err(resp);
+            }
+            Matched::NotFound => {
+                return Err(error_response(
+                    Error::NotFound(format!(
+                        "no route {} {}; see docs/openapi.json",
+                        shown_method(&head.method),
+                        shown_path(&head.path)
+                    ))
+                    .into(),
+                ));
+            }
+        };
+        let refused = |e: Error| {
+            let mut resp = error_response(e.into());
+            resp.route = route.template();
+            resp
+        };
+        if access == Access::Scoped && route.scope() == Scope::Full {
+            return Err(refused(Error::Forbidden(format!(
+                "the scoped token may not use {} {}",
+                route.method(),
+                route.template()
+            ))));
+        }
+        let query = Query::parse(&head.query, route.query()).map_err(refused)?;
+        Ok(Admitted {
+            route,
+            id: id.map(str::to_string),
+            query,
+        })
+    }
+}
+
+fn json_response(status: u16, v: &Value) -> Response {
+    let mut body = serde_json::to_vec(v).unwrap_or_default();
+    body.push(b'\n');
+    Response {
+        status,
+        headers: vec![
+            ("Content-Type", "application/json".into()),
+            ("Cache-Control", "no-store".into()),
+        ],
+        body,
+        close: false,
+        route: "",
+        job_id: None,
+    }
+}
+
+fn error_response(f: Failure) -> Response {
+    let mut v = f.err.to_json();
+    if let Some(obj) = v.get_mut("error").and_then(Value::as_object_mut) {
+        for (k, x) in f.extra {
+            obj.entry(k).or_insert(x);
+        }
+    }
+    let mut resp = json_response(f.err.http_status(), &v);
+    if matches!(f.err, Error::Auth(_)) {
+        resp.headers.push(("WWW-Authenticate", "Bearer".into()));
+    }
+    resp
+}
+
+fn shown_method(m: &str) -> String {
+    m.chars().take(16).collect()
+}
+
+fn shown_path(p: &str) -> String {
+    let mut s: String = p.chars().take(80).filter(|c| !c.is_control()).collect();
+    if p.len() > 80 {
+        s.push('…');
+    }
+    s
+}
+
+impl Handler for App {
+    type Admitted = Admitted;
+
+    fn check(&self, head: &Head) -> Result<Admitted, Response> {
+        self.admit(head)
+    }
+
+    fn handle(&self, admitted: Admitted, req: Request) -> Response {
+        let Admitted { route, id, query } = admitted;
+        let call = Call {
+            head: &req.head,
+            body: &req.body,
+            query: &query,
+            id: id.as_deref(),
+        };
+        let reply = (route.handler())(self, &call);
+        let mut job_id = id.as_deref().and_then(JobId::parse).map(|j| j.to_string());
+        let mut resp = match reply {
+            Ok(v) => {
+                if route == Route::StartJob {
+                    job_id = v.get("id").and_then(Value::as_str).map(str::to_string);
+                }
+                json_response(200, &v)
+            }
+            Err(f) => {
+                if job_id.is_none() {
+                    job_id = f
+                        .extra
+                        .get("jobId")
+                        .and_then(Value::as_str)
+                        .map(str::to_string);
+                }
+                error_response(f)
+            }
+        };
+        resp.route = route.template();
+        resp.job_id = job_id;
+        resp
+    }
+
+    fn fault(&self, fault: &Fault) -> Response {
+        let (status, err) = match fault {
+            Fault::Malformed(m) => (400, Error::Invalid(format!("malformed request: {m}"))),
+            Fault::TooLarge(m) => (413, Error::TooLarge(m.clone())),
+            // The contract ties `timeout` to 504, whoever was slow.
+            Fault::TooSlow(m) => (504, Error::Timeout(m.clone())),
+            Fault::Busy(m) => (429, Error::RateLimited(m.clone())),
+            Fault::Panic => (
+                500,
+                Error::Internal("the agent hit a bug handling this request; see its log".into()),
+            ),
+        };
+        let mut resp = error_response(err.into());
+        resp.status = status;
+        if matches!(fault, Fault::Busy(_)) {
+            resp.headers.push(("Retry-After", "1".into()));
+        }
+        resp
+    }
+
+    fn done(&self, head: Option<&Head>, resp: &Response, elapsed: Duration) {
+        // Only the route template is logged, never the path or query: a token or secret
+        // pasted into a URL must not reach the log.
+        let mut line = json!({
+            "ts": crate::text::timefmt::now(),
+            "method": head.map(|h| shown_method(&h.method)),
+            "route": (!resp.route.is_empty()).then_some(resp.route),
+            "status": resp.status,
+            "ms": (elapsed.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0,
+        });
+        if let Some(id) = &resp.job_id {
+            line["jobId"] = id.as_str().into();
+        }
+        if resp.status >= 400
+            && let Ok(v) = serde_json::from_slice::<Value>(&resp.body)
+            && let Some(code) = v.pointer("/error/code")
+        {
+            line["error"] = code.clone();
+        }
+        let _ = writeln!(std::io::stderr().lock(), "{line}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::http::parse_head;
+
+    const FULL: &str = "full-token-0123456789abcdef";
+    const SCOPED: &str = "scoped-token-0123456789abcdef";
+    const UNKNOWN_JOB: &str = "job_00000000000000000000";
+
+    /// A server over an empty state root (kept while the folder lives).
+    fn app() -> (tempfile::TempDir, App) {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path();
+        let store = Store::open(root).unwrap();
+        let tokens = Tokens::new(FULL.into(), Some(SCOPED.into())).unwrap();
+        let sandbox = crate::state::sandbox::record_start_with(root, "boot-a").unwrap();
+        let app = App::new(store, Config::default(), tokens, sandbox, Hub::start());
+        (d, app)
+    }
+
+    /// A request to `route`'s own template with the given token and query (and an empty
+    /// JSON object as the body of a POST), answered by `app` as the connection loop would:
+    /// check, then handle.
+    fn send(app: &App, route: Route, token: Option<&str>, query: &str) -> Response {
+        let body = if route.method() == "POST" { "{}" } else { "" };
+        let path = route.template().replace("{id}", UNKNOWN_JOB) + query;
+        let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+        let raw = format!("{} {path} HTTP/1.1\r\n{auth}\r\n", route.method());
+        let head = parse_head(raw.as_bytes(), 100).unwrap();
+        match app.check(&head) {
+            Ok(admitted) => app.handle(
+                admitted,
+                Request {
+                    head,
+                    body: body.as_bytes().to_vec(),
+                },
+            ),
+            Err(resp) => resp,
+        }
+    }
+
+    fn error_code(resp: &Response) -> Option<String> {
+        let v: Value = serde_json::from_slice(&resp.body).ok()?;
+        v.pointer("/error/code")?.as_str().map(str::to_string)
+    }
+
+    /// What each route answers in an empty sandbox to a request with an empty JSON body:
+    /// its handler's own answer (a job's route: the job is unknown; a start: the body
+    /// lacks what it needs), never a routing answer nor an internal error.
+    fn expected(route: Route) -> (u16, &'static str) {
+        match route {
+            Route::Health => (200, "\"ok\":true"),
+            Route::StartJob => (400, "command is missing"),
+            Route::ListJobs => (200, "\"jobs\":[]"),
+            Route::GetJob | Route::JobOutput | Route::CancelJob => (404, "no job"),
+            Route::GetEnv | Route::SetEnv => (200, "\"names\":[]"),
+            Route::Sandbox => (200, "\"bootId\":\"boot-a\""),
+            Route::StartPreview => (400, "port is missing"),
+            Route::ListPorts => (200, "\"ports\":["),
+        }
+    }
+
+    #[test]
+    fn every_route_is_dispatched_to_its_handler() {
+        let (_d, app) = app();
+        for &route in Route::ALL {
+            let resp = send(&app, route, Some(FULL), "");
+            let text = String::from_utf8_lossy(&resp.body);
+            let (status, needle) = expected(route);
+            assert_eq!(resp.status, status, "{route:?}: {text}");
+            assert!(text.contains(needle), "{route:?}: {text}");
+            assert_eq!(resp.route, route.template(), "{route:?}");
+            assert!(resp.headers.iter().all(|(k, _)| *k != "Allow"), "{route:?}");
+        }
+    }
+
+    #[test]
+    fn every_route_admits_by_its_scope() {
+        let (_d, app) = app();
+        for &route in Route::ALL {
+            let anon = send(&app, route, None, "");
+            let scoped = send(&app, route, Some(SCOPED), "");
+            let (status, _) = expected(route);
+            match route.scope() {
+                Scope::Public => assert_eq!(anon.status, status, "{route:?}"),
+                _ => assert_eq!(error_code(&anon).as_deref(), Some("auth"), "{route:?}"),
+            }
+            match route.scope() {
+                Scope::Full => {
+                    assert_eq!(
+                        error_code(&scoped).as_deref(),
+                        Some("forbidden"),
+                        "{route:?}"
+                    );
+                    assert_eq!(scoped.route, route.template());
+                }
+                _ => assert_eq!(scoped.status, status, "{route:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn every_route_refuses_query_parameters_it_does_not_read() {
+        let (_d, app) = app();
+        for &route in Route::ALL {
+            let resp = send(&app, route, Some(FULL), "?bogus=1");
+            let text = String::from_utf8_lossy(&resp.body);
+            assert_eq!(resp.status, 400, "{route:?}: {text}");
+            assert!(
+                text.contains("unknown query parameter `bogus`"),
+                "{route:?}: {text}"
+            );
+            assert_eq!(resp.route, route.template());
+            // Each parameter it does read is admitted (its value is the handler's to judge).
+            let known: Vec<String> = route.query().iter().map(|p| format!("{p}=")).collect();
+            let resp = send(&app, route, Some(FULL), &format!("?{}", known.join("&")));
+            let text = String::from_utf8_lossy(&resp.body);
+            assert!(
+                !text.contains("unknown query parameter"),
+                "{route:?}: {text}"
+            );
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! Jobs: start one (`POST /v1/jobs`), list them, read one (long-polling for its end on
+//! request), cancel one.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::{Call, Reply};
+use crate::api::app::App;
+use crate::api::request::{self, Wait};
+use crate::api::watch::{Kind, RECHECK};
+use crate::job::launch;
+use crate::model::error::{Error, Result};
+use crate::model::secret::SecretVar;
+use crate::model::{JobId, JobRecord, Status};
+use crate::state::store::Listed;
+
+pub fn start(app: &App, call: &Call<'_>) -> Reply {
+    let key = call.idempotency_key()?;
+    let body = request::start_body(call.body, key)?;
+    let mut start = body.req;
+    // Files first, then secretEnv: a name in both takes the secretEnv value.
+    let mut secrets = Vec::new();
+    for path in &body.secret_files {
+        for var in crate::os::privfile::load_file(path)? {
+            secrets.retain(|s: &SecretVar| s.name != var.name);
+            secrets.push(var);
+        }
+    }
+    for var in std::mem::take(&mut start.secrets) {
+        secrets.retain(|s| s.name != var.name);
+        secrets.push(var);
+    }
+    start.secrets = secrets;
+    let (rec, events) = launch::start_watched(&app.store, &app.cfg, start)?;
+    let rec = match (body.wait, events) {
+        (Wait::Background, _) => rec,
+        (Wait::Seconds(s), Some(ev)) => wait_end_events(app, &rec.id.clone(), ev, s)?,
+        (Wait::Seconds(s), None) => wait_end(app, &rec.id.clone(), s)?,
+    };
+    Ok(app.store.view(&rec))
+}
+
+pub fn list(app: &App, call: &Call<'_>) -> Reply {
+    let q = call.query;
+    let status = q
+        .get("status")
+        .map(|s| {
+            Status::parse(s).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "status must be one of {}, got {s:?}",
+                    Status::ALL.map(|s| s.as_str()).join(", ")
+                ))
+            })
+        })
+        .transpose()?;
+    let limit = q
+        .uint("limit", 1, request::MAX_LIST_LIMIT as u64)?
+        .map_or(usize::MAX, |n| n as usize);
+    let jobs: Vec<Value> = crate::job::settle::list(&app.store)
+        .into_iter()
+        .filter(|l| match (l, status) {
+            (_, None) => true,
+            (Listed::Job(r), Some(s)) => r.status == s,
+            (Listed::Corrupt { .. }, Some(_)) => false,
+        })
+        .take(limit)
+        .map(|l| match l {
+            Listed::Job(r) => serde_json::to_value(&*r).unwrap_or_default(),
+            Listed::Corrupt { id, error } => json!({"id": id, "corrupt": true, "error": error}),
+        })
+        .collect();
+    Ok(json!({ "jobs": jobs }))
+}
+
+pub fn get(app: &App, call: &Call<'_>) -> Reply {
+    let id = call.job()?;
+    let wait = call
+        .query
+        .seconds("waitSeconds", request::MAX_WAIT_SECONDS)?;
+    let rec = wait_end(app, &id, wait.unwrap_or(0.0))?;
+    Ok(app.store.view(&rec))
+}
+
+pub fn cancel(app: &App, call: &Call<'_>) -> Reply {
+    let id = call.job()?;
+    request::no_body(call.body)?;
+    // The grace period, plus a margin for the supervisor to write the final record.
+    let wait = Duration::from_secs_f64(app.cfg.grace_seconds + 5.0);
+    let rec = launch::cancel(&app.store, &id, wait)?;
+    Ok(app.store.view(&rec))
+}
+
+/// [`wait_end`] for a job this request started, over the supervisor's own change channel:
+/// it tells of the end at once, with no folder watch to set up and tear down.
+fn wait_end_events(
+    app: &App,
+    id: &JobId,
+    mut ev: launch::JobEvents,
+    seconds: f64,
+) -> Result<JobRecord> {
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let mut instant_wakes = 0;
+    loop {
+        let rec = crate::job::settle::load(&app.store, id)?;
+        let now = Instant::now();
+        if rec.status.is_final() || now >= deadline || app.hub.stopping() {
+            return Ok(rec);
+        }
+        // A closed channel wakes at once every time; should that happen before the record
+        // is final, the folder watch takes over rather than spinning.
+        if instant_wakes >= 3 {
+            return wait_end(app, id, (deadline - now).as_secs_f64());
+        }
+        ev.wait((deadline - now).min(RECHECK));
+        if now.elapsed() < Duration::from_millis(1) {
+            instant_wakes += 1;
+        } else {
+            instant_wakes = 0;
+        }
+    }
+}
+
+/// The latest record, after waiting up to `seconds` for the job to end.
+fn wait_end(app: &App, id: &JobId, seconds: f64) -> Result<JobRecord> {
+    if seconds <= 0.0 {
+        return crate::job::settle::load(&app.store, id);
+    }
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let w = app.hub.watch(&app.store.job_dir(id), id);
+    loop {
+        let seen = w.marks();
+        let rec = crate::job::settle::load(&app.store, id)?;
+        if rec.status.is_final() || Instant::now() >= deadline || app.hub.stopping() {
+            return Ok(rec);
+        }
+        w.wait(seen, Kind::Record, deadline);
+    }
+}

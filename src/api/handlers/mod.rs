@@ -1,0 +1,73 @@
+//! The handlers, one file per resource. Each is a [`Handle`]: the server, and a request
+//! already authenticated, routed and scope-checked (see [`super::app`]), in; JSON or a
+//! [`Failure`] out.
+
+pub mod env;
+pub mod health;
+pub mod jobs;
+pub mod output;
+pub mod ports;
+pub mod previews;
+pub mod sandbox;
+
+use serde_json::Value;
+
+use super::app::App;
+use super::http::Head;
+use super::request::Query;
+use crate::model::JobId;
+use crate::model::error::{Error, Result};
+use crate::state::store::Store;
+
+/// What a handler gets of a request.
+pub struct Call<'a> {
+    pub head: &'a Head,
+    pub body: &'a [u8],
+    pub query: &'a Query,
+    /// The route's `{id}` segment, as sent.
+    pub id: Option<&'a str>,
+}
+
+impl Call<'_> {
+    /// The job the path names: a malformed id is `not_found`, as an unknown one.
+    pub fn job(&self) -> Result<JobId> {
+        self.id.map_or(
+            Err(Error::Internal("route without an id".into())),
+            Store::parse_id,
+        )
+    }
+
+    /// The `Idempotency-Key` header, if sent (once at most).
+    pub fn idempotency_key(&self) -> Result<Option<&str>> {
+        let mut keys = self.head.all("idempotency-key");
+        let first = keys.next();
+        if keys.next().is_some() {
+            return Err(Error::Invalid(
+                "the Idempotency-Key header is given more than once".into(),
+            ));
+        }
+        Ok(first)
+    }
+}
+
+/// A handler.
+pub type Handle = fn(&App, &Call<'_>) -> Reply;
+
+/// A handler's answer.
+pub type Reply = std::result::Result<Value, Failure>;
+
+/// An error answer, optionally with more fields next to `code` and `message`.
+#[derive(Debug)]
+pub struct Failure {
+    pub err: Error,
+    pub extra: serde_json::Map<String, Value>,
+}
+
+impl From<Error> for Failure {
+    fn from(err: Error) -> Failure {
+        Failure {
+            err,
+            extra: Default::default(),
+        }
+    }
+}

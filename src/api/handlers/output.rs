@@ -1,0 +1,48 @@
+//! `GET /v1/jobs/{id}/output`: a page of a job's stored output, long-polling for more on
+//! request.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::{Call, Reply};
+use crate::api::app::App;
+use crate::api::request;
+use crate::api::watch::Kind;
+use crate::state::layout::MAX_PAGE;
+
+pub fn page(app: &App, call: &Call<'_>) -> Reply {
+    let id = call.job()?;
+    let q = call.query;
+    let offset = q.uint("offset", 0, u64::MAX)?.unwrap_or(0);
+    let limit = q
+        .uint("limit", 1, MAX_PAGE as u64)?
+        .map_or(MAX_PAGE, |n| n as usize);
+    let wait = q
+        .seconds("waitSeconds", request::MAX_WAIT_SECONDS)?
+        .unwrap_or(0.0);
+    let deadline = Instant::now() + Duration::from_secs_f64(wait);
+    let w = (wait > 0.0).then(|| app.hub.watch(&app.store.job_dir(&id), &id));
+    loop {
+        let seen = w.as_ref().map(|w| w.marks());
+        // The record first: once it says "ended", all output is already on disk.
+        let rec = crate::job::settle::load(&app.store, &id)?;
+        let page = app.store.read_page(&id, offset, limit)?;
+        let done = rec.status.is_final() && page.eof;
+        let stop = !page.data.is_empty()
+            || rec.status.is_final()
+            || Instant::now() >= deadline
+            || app.hub.stopping();
+        if let (false, Some(w), Some(seen)) = (stop, &w, seen) {
+            w.wait(seen, Kind::Any, deadline);
+            continue;
+        }
+        return Ok(json!({
+            "offset": page.offset,
+            "nextOffset": page.next_offset,
+            "data": page.data,
+            "eof": page.eof,
+            "done": done,
+        }));
+    }
+}

@@ -1,0 +1,34 @@
+//! `GET /v1/sandbox`: the agent and its sandbox (version, boot, resumed or not, env names,
+//! job counts by status).
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+use super::{Call, Reply};
+use crate::api::app::App;
+use crate::model::Status;
+use crate::state::store::Listed;
+
+pub fn get(app: &App, _: &Call<'_>) -> Reply {
+    let mut counts: BTreeMap<&str, usize> = Status::ALL.iter().map(|s| (s.as_str(), 0)).collect();
+    let mut corrupt = 0;
+    for l in crate::job::settle::list(&app.store) {
+        match l {
+            Listed::Job(r) => *counts.entry(r.status.as_str()).or_default() += 1,
+            Listed::Corrupt { .. } => corrupt += 1,
+        }
+    }
+    let mut jobs = serde_json::to_value(counts).unwrap_or_default();
+    jobs["corrupt"] = corrupt.into();
+    let s = &app.sandbox;
+    Ok(json!({
+        "version": crate::VERSION,
+        "bootId": s.boot_id,
+        "previousBootId": s.previous_boot_id,
+        "resumed": s.resumed,
+        "agentStartedAt": s.agent_started_at,
+        "envNames": app.env().names()?,
+        "jobs": jobs,
+    }))
+}

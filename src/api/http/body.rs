@@ -1,0 +1,258 @@
+//! The request body: how it is framed (`Content-Length` or chunked, never both), and
+//! reading it within its size and time limits.
+
+use std::io::{self, BufRead, BufReader};
+use std::time::{Duration, Instant};
+
+use super::Fault;
+use super::conn::Limits;
+use super::head::Head;
+use super::net::{Stream, is_timeout};
+
+/// How a request's body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    None,
+    Length(u64),
+    Chunked,
+}
+
+/// Works out a request's body framing, refusing ambiguous or oversized ones up front.
+pub fn framing(head: &Head, max_body: u64) -> Result<Framing, Fault> {
+    let bad = |m: &str| Fault::Malformed(m.to_string());
+    let te: Vec<&str> = head.all("transfer-encoding").collect();
+    let cl: Vec<&str> = head.all("content-length").collect();
+    if !te.is_empty() {
+        if !cl.is_empty() {
+            // The classic request-smuggling shape: refuse rather than pick one.
+            return Err(bad("both Transfer-Encoding and Content-Length are set"));
+        }
+        if te.len() != 1 || !te[0].eq_ignore_ascii_case("chunked") {
+            return Err(bad("the only Transfer-Encoding supported is chunked"));
+        }
+        return Ok(Framing::Chunked);
+    }
+    match cl.as_slice() {
+        [] => Ok(Framing::None),
+        [v] => {
+            if v.is_empty() || v.len() > 19 || !v.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(bad("Content-Length is not a number"));
+            }
+            let n: u64 = v
+                .parse()
+                .map_err(|_| bad("Content-Length is not a number"))?;
+            if n > max_body {
+                return Err(too_large_body(max_body));
+            }
+            Ok(if n == 0 {
+                Framing::None
+            } else {
+                Framing::Length(n)
+            })
+        }
+        _ => Err(bad("Content-Length is given more than once")),
+    }
+}
+
+fn too_large_body(max: u64) -> Fault {
+    Fault::TooLarge(format!(
+        "the request body is over the limit of {max} bytes (--max-body)"
+    ))
+}
+
+/// A reader that gives up at a deadline.
+struct Timed<'a> {
+    r: &'a mut BufReader<Stream>,
+    deadline: Instant,
+    what: Duration,
+}
+
+impl Timed<'_> {
+    fn slow(&self) -> Fault {
+        Fault::TooSlow(format!(
+            "the request body did not arrive within {} s",
+            self.what.as_secs_f64()
+        ))
+    }
+
+    /// Buffered bytes, reading more if there are none; errors on EOF or the deadline.
+    fn fill(&mut self) -> Result<&[u8], Fault> {
+        loop {
+            if self.r.buffer().is_empty() {
+                let left = self.deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(self.slow());
+                }
+                let _ = self.r.get_ref().set_read_timeout(left);
+            }
+            match self.r.fill_buf() {
+                Ok([]) => {
+                    return Err(Fault::Malformed(
+                        "the connection closed in the middle of the body".into(),
+                    ));
+                }
+                Ok(_) => return Ok(self.r.buffer()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if is_timeout(&e) => return Err(self.slow()),
+                Err(e) => return Err(Fault::Malformed(format!("reading the body: {e}"))),
+            }
+        }
+    }
+
+    fn read_into(&mut self, out: &mut Vec<u8>, mut n: u64) -> Result<(), Fault> {
+        while n > 0 {
+            let avail = self.fill()?;
+            let take = avail.len().min(n.min(usize::MAX as u64) as usize);
+            out.extend_from_slice(&avail[..take]);
+            self.r.consume(take);
+            n -= take as u64;
+        }
+        Ok(())
+    }
+
+    /// One line without its line end, at most `max` bytes.
+    fn line(&mut self, max: usize) -> Result<Vec<u8>, Fault> {
+        let mut line = Vec::new();
+        loop {
+            let avail = self.fill()?;
+            if let Some(p) = memchr::memchr(b'\n', avail) {
+                line.extend_from_slice(&avail[..p]);
+                self.r.consume(p + 1);
+                if line.last() == Some(&b'\r') {
+                    line.pop();
+                }
+                return Ok(line);
+            }
+            let n = avail.len();
+            line.extend_from_slice(avail);
+            self.r.consume(n);
+            if line.len() > max {
+                return Err(Fault::Malformed("a chunk line is too long".into()));
+            }
+        }
+    }
+}
+
+pub(super) fn read_body(
+    r: &mut BufReader<Stream>,
+    framing: Framing,
+    limits: &Limits,
+) -> Result<Vec<u8>, Fault> {
+    let mut t = Timed {
+        r,
+        deadline: Instant::now() + limits.body_timeout,
+        what: limits.body_timeout,
+    };
+    let mut body = Vec::new();
+    match framing {
+        Framing::None => {}
+        Framing::Length(n) => {
+            body.reserve(n.min(1 << 20) as usize);
+            t.read_into(&mut body, n)?;
+        }
+        Framing::Chunked => {
+            loop {
+                let line = t.line(1024)?;
+                let size = parse_chunk_size(&line)?;
+                if size == 0 {
+                    break;
+                }
+                if body.len() as u64 + size > limits.max_body {
+                    return Err(too_large_body(limits.max_body));
+                }
+                t.read_into(&mut body, size)?;
+                if !t.line(2)?.is_empty() {
+                    return Err(Fault::Malformed("a chunk is longer than its size".into()));
+                }
+            }
+            // Trailers are read and dropped, within the same bounds as headers.
+            let mut trailer_bytes = 0;
+            loop {
+                let line = t.line(limits.max_head)?;
+                if line.is_empty() {
+                    break;
+                }
+                trailer_bytes += line.len();
+                if trailer_bytes > limits.max_head {
+                    return Err(Fault::TooLarge("the chunked trailers are too long".into()));
+                }
+            }
+        }
+    }
+    Ok(body)
+}
+
+/// Parses a chunk-size line: hex digits, then optional `;extensions`.
+pub fn parse_chunk_size(line: &[u8]) -> Result<u64, Fault> {
+    let bad = || Fault::Malformed("malformed chunk size".into());
+    let end = line.iter().position(|&b| b == b';').unwrap_or(line.len());
+    let hex = std::str::from_utf8(&line[..end])
+        .map_err(|_| bad())?
+        .trim_matches([' ', '\t']);
+    if hex.is_empty() || hex.len() > 15 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(bad());
+    }
+    u64::from_str_radix(hex, 16).map_err(|_| bad())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(raw: &str) -> Result<Head, Fault> {
+        super::super::parse_head(raw.as_bytes(), 100)
+    }
+
+    fn framed(headers: &str, max: u64) -> Result<Framing, Fault> {
+        framing(
+            &head(&format!("POST / HTTP/1.1\r\n{headers}\r\n")).unwrap(),
+            max,
+        )
+    }
+
+    #[test]
+    fn body_framing_is_unambiguous() {
+        assert_eq!(framed("", 10), Ok(Framing::None));
+        assert_eq!(framed("Content-Length: 0\r\n", 10), Ok(Framing::None));
+        assert_eq!(
+            framed("Content-Length: 10\r\n", 10),
+            Ok(Framing::Length(10))
+        );
+        assert!(matches!(
+            framed("Content-Length: 11\r\n", 10),
+            Err(Fault::TooLarge(_))
+        ));
+        assert!(matches!(
+            framed("Content-Length: 99999999999999999999999\r\n", 10),
+            Err(Fault::Malformed(_))
+        ));
+        for bad in [
+            "Content-Length: -1\r\n",
+            "Content-Length: 1e3\r\n",
+            "Content-Length: +5\r\n",
+            "Content-Length: 5\r\nContent-Length: 5\r\n",
+            "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n",
+            "Transfer-Encoding: gzip\r\n",
+            "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
+        ] {
+            assert!(
+                matches!(framed(bad, 10), Err(Fault::Malformed(_))),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(
+            framed("Transfer-Encoding: Chunked\r\n", 10),
+            Ok(Framing::Chunked)
+        );
+    }
+
+    #[test]
+    fn chunk_sizes() {
+        assert_eq!(parse_chunk_size(b"0").unwrap(), 0);
+        assert_eq!(parse_chunk_size(b"1a").unwrap(), 26);
+        assert_eq!(parse_chunk_size(b"FF;name=value").unwrap(), 255);
+        for bad in [&b""[..], b"x", b"-1", b"1 2", b"fffffffffffffffff", b";a"] {
+            assert!(parse_chunk_size(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,282 @@
+//! The request head: reading it off the connection within its size and time limits, and
+//! parsing the request line and header lines.
+
+use std::io::{self, BufRead, BufReader};
+use std::time::Instant;
+
+use super::Fault;
+use super::conn::Limits;
+use super::net::{Stream, is_timeout};
+
+/// A parsed request head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    pub method: String,
+    /// The request target as sent, e.g. `/v1/jobs?limit=5`.
+    pub target: String,
+    /// The target before `?`.
+    pub path: String,
+    /// The target after `?` (empty when there is none).
+    pub query: String,
+    /// HTTP/1.x minor version.
+    pub minor: u8,
+    /// Header names (as sent) and values (trimmed), in order.
+    pub headers: Vec<(String, String)>,
+}
+
+impl Head {
+    /// Every value of a header, in order (names compare case-insensitively).
+    pub fn all<'a>(&'a self, name: &str) -> impl Iterator<Item = &'a str> + use<'a> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .filter(move |(n, _)| n.eq_ignore_ascii_case(&name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The first value of a header.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.all(name).next()
+    }
+
+    /// True if the client asked to close the connection after this request.
+    pub fn wants_close(&self) -> bool {
+        let has = |token: &str| {
+            self.all("connection")
+                .flat_map(|v| v.split(','))
+                .any(|t| t.trim().eq_ignore_ascii_case(token))
+        };
+        if self.minor == 0 {
+            !has("keep-alive")
+        } else {
+            has("close")
+        }
+    }
+}
+
+/// Reads one request head (up to and including the blank line). `None` when the client
+/// closed or stayed idle between requests, which ends the connection quietly.
+pub(super) fn read_head(
+    r: &mut BufReader<Stream>,
+    limits: &Limits,
+) -> Result<Option<Vec<u8>>, Fault> {
+    let mut buf: Vec<u8> = Vec::new();
+    let mut deadline: Option<Instant> = None;
+    loop {
+        let wait = match deadline {
+            None => limits.idle_timeout,
+            Some(d) => d.saturating_duration_since(Instant::now()),
+        };
+        if wait.is_zero() {
+            return Err(slow_head(limits));
+        }
+        if r.buffer().is_empty() {
+            let _ = r.get_ref().set_read_timeout(wait);
+        }
+        let avail = match r.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if is_timeout(&e) => {
+                return match deadline {
+                    None => Ok(None),
+                    Some(_) => Err(slow_head(limits)),
+                };
+            }
+            Err(_) => return Ok(None),
+        };
+        if avail.is_empty() {
+            return Ok(None); // EOF: a partial head has no one left to answer
+        }
+        let mut avail = avail;
+        if buf.is_empty() {
+            // Stray line breaks between requests are tolerated (RFC 9112 §2.2).
+            let skip = avail
+                .iter()
+                .take_while(|&&b| b == b'\r' || b == b'\n')
+                .count();
+            if skip > 0 {
+                r.consume(skip);
+                continue;
+            }
+            deadline.get_or_insert_with(|| Instant::now() + limits.head_timeout);
+            avail = r.buffer();
+        }
+        let old = buf.len();
+        let take = avail.len().min(limits.max_head + 1 - old);
+        buf.extend_from_slice(&avail[..take]);
+        if let Some(end) = head_end(&buf, old.saturating_sub(3)) {
+            r.consume(end - old);
+            buf.truncate(end);
+            return Ok(Some(buf));
+        }
+        r.consume(take);
+        if buf.len() > limits.max_head {
+            return Err(Fault::TooLarge(format!(
+                "the request head is over {} bytes",
+                limits.max_head
+            )));
+        }
+    }
+}
+
+fn slow_head(limits: &Limits) -> Fault {
+    Fault::TooSlow(format!(
+        "the request head did not arrive within {} s",
+        limits.head_timeout.as_secs_f64()
+    ))
+}
+
+/// The index just past the blank line ending a head, searching from `from`.
+fn head_end(buf: &[u8], from: usize) -> Option<usize> {
+    let mut i = from;
+    while let Some(p) = memchr::memchr(b'\n', &buf[i..]) {
+        let nl = i + p;
+        let rest = &buf[nl + 1..];
+        if rest.first() == Some(&b'\n') {
+            return Some(nl + 2);
+        }
+        if rest.starts_with(b"\r\n") {
+            return Some(nl + 3);
+        }
+        i = nl + 1;
+    }
+    None
+}
+
+/// Parses a head (request line and header lines, each ended by LF or CRLF).
+pub fn parse_head(raw: &[u8], max_headers: usize) -> Result<Head, Fault> {
+    let bad = |m: &str| Fault::Malformed(m.to_string());
+    let mut lines = raw
+        .split(|&b| b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
+    let line = lines.next().ok_or_else(|| bad("empty request"))?;
+    let line = String::from_utf8_lossy(line);
+    let mut parts = line.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(bad(
+            "malformed request line: expected METHOD TARGET HTTP/1.1",
+        ));
+    };
+    if method.is_empty() || !method.bytes().all(is_tchar) {
+        return Err(bad("malformed request line: bad method"));
+    }
+    let minor = match version {
+        "HTTP/1.1" => 1,
+        "HTTP/1.0" => 0,
+        _ => return Err(bad("unsupported HTTP version: use HTTP/1.1")),
+    };
+    if target.is_empty() {
+        return Err(bad("malformed request line: empty target"));
+    }
+    let (path, query) = match target.split_once('?') {
+        Some((p, q)) => (p, q),
+        None => (target, ""),
+    };
+    let mut headers = Vec::new();
+    for l in lines {
+        if l.is_empty() {
+            break;
+        }
+        if l[0] == b' ' || l[0] == b'\t' {
+            return Err(bad("folded header lines are not supported"));
+        }
+        let colon = memchr::memchr(b':', l).ok_or_else(|| bad("a header line without ':'"))?;
+        let name = &l[..colon];
+        // No whitespace before the colon: proxies disagree on such names (RFC 9112 §5.1).
+        if name.is_empty() || !name.iter().copied().all(is_tchar) {
+            return Err(bad("malformed header name"));
+        }
+        let value = String::from_utf8_lossy(&l[colon + 1..])
+            .trim_matches([' ', '\t'])
+            .to_string();
+        if value.bytes().any(|b| b == 0 || b == b'\r') {
+            return Err(bad("a header value holds a control character"));
+        }
+        headers.push((String::from_utf8_lossy(name).into_owned(), value));
+        if headers.len() > max_headers {
+            return Err(Fault::TooLarge(format!(
+                "more than {max_headers} header lines"
+            )));
+        }
+    }
+    Ok(Head {
+        method: method.to_string(),
+        target: target.to_string(),
+        path: path.to_string(),
+        query: query.to_string(),
+        minor,
+        headers,
+    })
+}
+
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(raw: &str) -> Result<Head, Fault> {
+        parse_head(raw.as_bytes(), 100)
+    }
+
+    #[test]
+    fn parses_request_line_and_headers() {
+        let h =
+            head("GET /v1/jobs?limit=5 HTTP/1.1\r\nHost: x\r\nAuthorization:  Bearer t \r\n\r\n")
+                .unwrap();
+        assert_eq!(h.method, "GET");
+        assert_eq!(h.path, "/v1/jobs");
+        assert_eq!(h.query, "limit=5");
+        assert_eq!(h.minor, 1);
+        assert_eq!(h.header("authorization"), Some("Bearer t"));
+        assert_eq!(h.header("HOST"), Some("x"));
+        assert!(!h.wants_close());
+        let h = head("GET / HTTP/1.0\n\n").unwrap();
+        assert!(h.wants_close());
+        let h = head("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n").unwrap();
+        assert!(!h.wants_close());
+        let h = head("GET / HTTP/1.1\r\nConnection: foo, close\r\n\r\n").unwrap();
+        assert!(h.wants_close());
+    }
+
+    #[test]
+    fn refuses_malformed_heads() {
+        for raw in [
+            "GET /\r\n\r\n",
+            "GET / HTTP/2.0\r\n\r\n",
+            "GET  / HTTP/1.1\r\n\r\n",
+            "G(T / HTTP/1.1\r\n\r\n",
+            "GET / HTTP/1.1 extra\r\n\r\n",
+            "GET / HTTP/1.1\r\nNoColon\r\n\r\n",
+            "GET / HTTP/1.1\r\nBad Name: x\r\n\r\n",
+            "GET / HTTP/1.1\r\nName : x\r\n\r\n",
+            "GET / HTTP/1.1\r\nA: b\r\n folded\r\n\r\n",
+            "GET / HTTP/1.1\r\n: x\r\n\r\n",
+        ] {
+            assert!(
+                matches!(head(raw), Err(Fault::Malformed(_))),
+                "{raw:?} -> {:?}",
+                head(raw)
+            );
+        }
+        let many: String = (0..101).map(|i| format!("X-{i}: y\r\n")).collect();
+        assert!(matches!(
+            head(&format!("GET / HTTP/1.1\r\n{many}\r\n")),
+            Err(Fault::TooLarge(_))
+        ));
+    }
+
+    #[test]
+    fn finds_the_end_of_a_head() {
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\n\r\nrest", 0), Some(18));
+        assert_eq!(head_end(b"GET / HTTP/1.1\n\nrest", 0), Some(16));
+        assert_eq!(head_end(b"GET / HTTP/1.1\r\nA: b\r\n", 0), None);
+        // The blank line found when the search resumes three bytes back.
+        let b = b"GET / HTTP/1.1\r\n\r\n";
+        assert_eq!(head_end(b, b.len() - 4 - 3), Some(b.len()));
+    }
+}

@@ -1,0 +1,80 @@
+//! A small HTTP/1.1 server on std: one thread per connection (capped), keep-alive,
+//! pipelining, `Content-Length` and chunked request bodies, and a bound on everything a
+//! client controls: head size and header count, the time to send a head, the time to send a
+//! body, the body's size (checked up front and while reading a chunked stream), the number
+//! of connections, and the time a response may take to be read.
+//!
+//! Our own, not tiny_http: that crate cannot bound head size, read times or connections.
+//! It knows nothing of routes or JSON (those live in [`super::routes`]), and is laid out as
+//! hyper's `proto/h1`:
+//! - `conn.rs`: the accept loop and each connection's loop (keep-alive, limits, timeouts);
+//! - `head.rs`: reading and parsing the request line and headers;
+//! - `body.rs`: the body's framing (`Content-Length` or chunked) and reading it;
+//! - `encode.rs`: writing responses;
+//! - `net.rs`: the TCP and Unix sockets under all of it.
+
+mod body;
+mod conn;
+mod encode;
+mod head;
+mod net;
+
+use std::time::Duration;
+
+pub use body::{Framing, framing, parse_chunk_size};
+pub use conn::{Limits, State, run};
+pub use encode::{encode, reason};
+pub use head::{Head, parse_head};
+pub use net::{Listener, Stream};
+
+/// A request with its whole body.
+#[derive(Debug)]
+pub struct Request {
+    pub head: Head,
+    pub body: Vec<u8>,
+}
+
+/// A response; `route` and `job_id` are for the request log only.
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: Vec<u8>,
+    /// Close the connection after this response.
+    pub close: bool,
+    /// The route template that answered, for the log.
+    pub route: &'static str,
+    /// The job the request was about, for the log.
+    pub job_id: Option<String>,
+}
+
+/// Something wrong at the HTTP level, before a handler could see the request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// Malformed request line, headers or body framing.
+    Malformed(String),
+    /// Head or body over its limit.
+    TooLarge(String),
+    /// The client was too slow to send its request.
+    TooSlow(String),
+    /// Too many connections are open.
+    Busy(String),
+    /// The handler panicked.
+    Panic,
+}
+
+/// The routing side of the server.
+pub trait Handler: Send + Sync + 'static {
+    /// What [`Handler::check`] found out about a request (its route, say), handed on to
+    /// [`Handler::handle`] so that nothing is checked twice.
+    type Admitted: Send;
+    /// Looks at a head before its body is read; `Err` answers the request without reading
+    /// the body (so an unauthenticated client never uploads 8 MiB).
+    fn check(&self, head: &Head) -> Result<Self::Admitted, Response>;
+    /// Answers a whole request that [`Handler::check`] admitted.
+    fn handle(&self, admitted: Self::Admitted, req: Request) -> Response;
+    /// Renders an HTTP-level fault.
+    fn fault(&self, fault: &Fault) -> Response;
+    /// Called after each response was written (or failed to be), for the request log.
+    fn done(&self, head: Option<&Head>, resp: &Response, elapsed: Duration);
+}
