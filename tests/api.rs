@@ -343,7 +343,6 @@ fn every_start_field() {
             "secretFiles": [sec.to_str().unwrap()],
             "timeoutSeconds": 500,
             "waitSeconds": 30,
-            "someFutureField": {"x": [1, 2]},
         }),
     );
     assert_eq!(v["status"], "succeeded", "{v}");

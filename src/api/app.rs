@@ -40,6 +40,8 @@ pub struct App {
 #[derive(Debug)]
 pub struct Admitted {
     route: Route,
+    /// Whether the caller used the scoped token.
+    scoped: bool,
     /// The path's `{id}` segment, as sent.
     id: Option<String>,
     query: Query,
@@ -121,6 +123,7 @@ impl App {
         let query = Query::parse(&head.query, route.query()).map_err(refused)?;
         Ok(Admitted {
             route,
+            scoped: access == Access::Scoped,
             id: id.map(str::to_string),
             query,
         })
@@ -177,8 +180,14 @@ impl Handler for App {
     }
 
     fn handle(&self, admitted: Admitted, req: Request) -> Response {
-        let Admitted { route, id, query } = admitted;
+        let Admitted {
+            route,
+            scoped,
+            id,
+            query,
+        } = admitted;
         let call = Call {
+            scoped,
             head: &req.head,
             body: &req.body,
             query: &query,

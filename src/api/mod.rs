@@ -74,6 +74,21 @@ pub struct ServeArgs {
 /// Settles every record at start (a resumed sandbox's `running` jobs become `lost` at
 /// once, not on first read), then prunes ended jobs now and every ten minutes.
 fn start_housekeeping(store: Store, keep_jobs: usize, keep_for: Duration) {
+    // Every second: a job that stopped its supervisor while nobody reads it still ends at
+    // its timeout (the supervisor is continued and finds the deadline passed).
+    let watched = store.clone();
+    let _ = std::thread::Builder::new()
+        .name("watchdog".into())
+        .stack_size(256 << 10)
+        .spawn(move || {
+            loop {
+                let n = crate::job::settle::nudge_running(&watched);
+                if n > 0 {
+                    log(serde_json::json!({"event": "continued", "supervisors": n}));
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        });
     let _ = std::thread::Builder::new()
         .name("housekeeping".into())
         .stack_size(256 << 10)
@@ -128,6 +143,7 @@ pub fn serve_main(args: ServeArgs) -> Result<i32> {
         start_reaper();
     }
 
+    let isolation = crate::job::launch::isolation(&cfg)?;
     let max_connections = within_fd_limit(args.max_connections);
     let mut listening = serde_json::json!({
         "event": "listening",
@@ -136,12 +152,22 @@ pub fn serve_main(args: ServeArgs) -> Result<i32> {
         "pid": std::process::id(),
         "resumed": sandbox.resumed,
         "maxConnections": max_connections,
+        "isolation": isolation,
     });
+    let mut warnings = Vec::new();
+    if nix::unistd::geteuid().is_root() && isolation == "none" {
+        warnings.push(
+            "running as root without --job-user: jobs run as root and can tamper with \
+             their supervision (stop or kill it, read the token and other jobs' secrets)",
+        );
+    }
     if let http::Listener::Tcp(l) = &listener
         && l.local_addr().is_ok_and(|a| !a.ip().is_loopback())
     {
-        listening["warning"] =
-            "listening beyond loopback: plain HTTP, the token is the only guard".into();
+        warnings.push("listening beyond loopback: plain HTTP, the token is the only guard");
+    }
+    if !warnings.is_empty() {
+        listening["warning"] = warnings.join("; ").into();
     }
     log(listening);
     start_housekeeping(

@@ -52,6 +52,18 @@ fn resolve_user(req: &StartRequest, cfg: &Config) -> Result<Option<JobUser>> {
     Ok(Some(user))
 }
 
+/// What separates jobs from the agent under `cfg`: `"user"` when jobs run under another
+/// uid than the agent's, else `"none"`. An unusable job user is an error, so `serve` and
+/// `exec` refuse to start rather than run jobs unseparated.
+pub fn isolation(cfg: &Config) -> Result<&'static str> {
+    let probe = StartRequest::default();
+    Ok(if resolve_user(&probe, cfg)?.is_some() {
+        "user"
+    } else {
+        "none"
+    })
+}
+
 /// Validates a request and resolves its working folder, before anything is written.
 fn validate(req: &StartRequest, cfg: &Config) -> Result<Resolved> {
     if req.command.trim().is_empty() {

@@ -16,17 +16,11 @@ use crate::state::store::{Listed, Store};
 /// How long a reader waits for a lock held by someone other than a live supervisor.
 const SETTLE_WAIT: Duration = Duration::from_secs(2);
 
-/// Takes `l` within `wait`; false if it stayed held.
-fn lock_within(l: &File, wait: Duration) -> bool {
-    let deadline = std::time::Instant::now() + wait;
-    loop {
-        match l.try_lock() {
-            Ok(()) => return true,
-            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Err(_) => return false,
-        }
+/// True if the record names a supervisor that is still the process it was.
+fn supervisor_alive(rec: &JobRecord) -> bool {
+    match (rec.supervisor_pid, rec.supervisor_start) {
+        (Some(pid), Some(start)) => crate::os::proc::stat(pid).is_some_and(|s| s.start == start),
+        _ => false,
     }
 }
 
@@ -93,16 +87,29 @@ pub fn load(store: &Store, id: &JobId) -> Result<JobRecord> {
                 // Held by the supervisor (really running), or by another reader that
                 // is settling a job whose supervisor is gone: then wait for its verdict,
                 // so every reader agrees (a prune must not see "running" meanwhile).
-                let supervisor_alive = match (rec.supervisor_pid, rec.supervisor_start) {
-                    (Some(pid), Some(start)) => {
-                        crate::os::proc::stat(pid).is_some_and(|s| s.start == start)
+                // Still starting (the launcher and then the supervisor hold the lock
+                // before the record names the supervisor), another reader settling it,
+                // or a job process that took the lock and killed its supervisor: look
+                // again until the record names a live supervisor or the lock is free,
+                // for a bounded time, then report the job as recorded.
+                let deadline = std::time::Instant::now() + SETTLE_WAIT;
+                loop {
+                    if supervisor_alive(&rec) {
+                        return Ok(rec);
                     }
-                    _ => true, // still starting: the launcher holds the lock
-                };
-                // A job process that took the lock itself and killed its supervisor must
-                // not hang every reader: wait a bounded time, then report as recorded.
-                if supervisor_alive || !lock_within(&l, SETTLE_WAIT) {
-                    return Ok(rec);
+                    match l.try_lock() {
+                        Ok(()) => break,
+                        Err(std::fs::TryLockError::WouldBlock)
+                            if std::time::Instant::now() < deadline =>
+                        {
+                            std::thread::sleep(Duration::from_millis(5));
+                            rec = store.read_raw(id)?;
+                            if rec.status != Status::Running {
+                                return Ok(rec);
+                            }
+                        }
+                        Err(_) => return Ok(rec),
+                    }
                 }
                 Some(l)
             }

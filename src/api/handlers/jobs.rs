@@ -19,6 +19,12 @@ pub fn start(app: &App, call: &Call<'_>) -> Reply {
     let key = call.idempotency_key()?;
     let body = request::start_body(call.body, key)?;
     let mut start = body.req;
+    if call.scoped && start.user.is_some() {
+        return Err(Error::Forbidden(
+            "the scoped token may not choose the user a job runs as".into(),
+        )
+        .into());
+    }
     // Files first, then secretEnv: a name in both takes the secretEnv value.
     let mut secrets = Vec::new();
     for path in &body.secret_files {

@@ -21,6 +21,8 @@ use crate::state::store::Store;
 
 /// What a handler gets of a request.
 pub struct Call<'a> {
+    /// Whether the caller used the scoped token (which may not choose a job's user).
+    pub scoped: bool,
     pub head: &'a Head,
     pub body: &'a [u8],
     pub query: &'a Query,

@@ -30,5 +30,6 @@ pub fn get(app: &App, _: &Call<'_>) -> Reply {
         "agentStartedAt": s.agent_started_at,
         "envNames": app.env().names()?,
         "jobs": jobs,
+        "isolation": crate::job::launch::isolation(&app.cfg)?,
     }))
 }

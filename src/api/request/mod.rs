@@ -196,6 +196,7 @@ pub const START_FIELDS: &[&str] = &[
     "idleTimeoutSeconds",
     "waitSeconds",
     "background",
+    "user",
 ];
 const START: Shape = Shape {
     known: START_FIELDS,
@@ -392,7 +393,7 @@ pub fn start_body(body: &[u8], idempotency_key: Option<&str>) -> Result<StartBod
         timeout_seconds: f.number("timeoutSeconds")?,
         idle_timeout_seconds: f.number("idleTimeoutSeconds")?,
         idempotency_key: idempotency_key.map(str::to_string),
-        user: None,
+        user: f.string("user")?.map(str::to_string),
     };
     let secret_files = f
         .string_array("secretFiles")?
@@ -908,7 +909,7 @@ mod tests {
         }
     }
 
-    const START_LIST: &str = "the fields are command, cwd, env, stdin, encoding, secretEnv, secretFiles, timeoutSeconds, idleTimeoutSeconds, waitSeconds, background";
+    const START_LIST: &str = "the fields are command, cwd, env, stdin, encoding, secretEnv, secretFiles, timeoutSeconds, idleTimeoutSeconds, waitSeconds, background, user";
 
     #[test]
     fn unknown_body_fields_are_refused_naming_the_closest_known_one() {
@@ -962,7 +963,7 @@ mod tests {
         }
         // Nothing close: no guess, and the known fields in full.
         for (body, name) in [
-            (r#"{"command":"x","user":"bob"}"#, "user"),
+            (r#"{"command":"x","frobnicate":"bob"}"#, "frobnicate"),
             (r#"{"command":"x","detach":true}"#, "detach"),
             (r#"{"command":"x","zzzzzzzz":1}"#, "zzzzzzzz"),
         ] {
