@@ -152,7 +152,7 @@ fn logwords_text(rng: &mut Rng, size: usize) -> Vec<u8> {
 fn colour_text(size: usize) -> Vec<u8> {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/corpus/git-log-color.raw"
+        "/tests/data/corpus/git-log-color.raw"
     );
     let recording = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"));
     let mut out = Vec::with_capacity(size + recording.len());
