@@ -1,15 +1,11 @@
 //! The HTTP endpoint over real sockets: a real `gitterm-agent serve`, real jobs, a raw client.
 //! No assertion on timing beyond generous deadlines: the machine is shared and noisy.
 
-#[path = "http/mod.rs"]
-mod common;
-
-use common::*;
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const LONG: Duration = Duration::from_secs(60);
+use crate::util::*;
 
 fn start_job(c: &mut Client, body: Value) -> Value {
     let r = c.post("/v1/jobs", &body);
@@ -119,13 +115,13 @@ fn auth_is_strict() {
 
 #[test]
 fn token_file_and_scoped_token() {
-    let dir = Arc::new(tempfile::tempdir().unwrap());
-    let full = dir.path().join("full.token");
-    let scoped = dir.path().join("scoped.token");
+    let sb = Arc::new(Sandbox::new());
+    let full = sb.dir().join("full.token");
+    let scoped = sb.dir().join("scoped.token");
     write_mode(&full, "full-token-0123456789abcdef\n", 0o600);
     write_mode(&scoped, "scoped-token-0123456789abcdef\n", 0o600);
     let s = Server::start_in(
-        Arc::clone(&dir),
+        Arc::clone(&sb),
         "127.0.0.1:0",
         &[
             "--token-file",
@@ -175,14 +171,15 @@ fn token_file_and_scoped_token() {
 
     // A token file others may read is refused at start.
     write_mode(&full, "full-token-0123456789abcdef\n", 0o644);
-    let out = std::process::Command::new(exe())
-        .args(["serve", "--listen", "127.0.0.1:0", "--token-file"])
-        .arg(&full)
-        .env("GITTERM_HOME", &s.home)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let out = sb.run(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--token-file",
+        full.to_str().unwrap(),
+    ]);
+    assert!(!out.success(), "{out:#?}");
+    let err = &out.stderr;
     assert!(err.contains("token file") && err.contains("0644"), "{err}");
     assert!(!err.contains("full-token-0123456789abcdef"));
 }
@@ -327,9 +324,9 @@ fn output_pages() {
 fn every_start_field() {
     let s = Server::start(&["--max-job-seconds", "100"]);
     let mut c = s.client();
-    let cwd = s.dir.path().join("work");
+    let cwd = s.dir().join("cwd");
     std::fs::create_dir(&cwd).unwrap();
-    let sec = s.dir.path().join("s.env");
+    let sec = s.dir().join("s.env");
     write_mode(&sec, "FROM_FILE=file-secret-value\nBOTH=from-file\n", 0o600);
     let v = start_job(
         &mut c,
@@ -391,7 +388,7 @@ fn every_start_field() {
 fn bad_start_requests_are_invalid_and_start_nothing() {
     let s = Server::start(&[]);
     let mut c = s.client();
-    let loose = s.dir.path().join("loose.env");
+    let loose = s.dir().join("loose.env");
     write_mode(&loose, "X=abcdefgh\n", 0o644);
     let loose = loose.to_str().unwrap().to_string();
     let cases: Vec<(Vec<u8>, &str)> = vec![
@@ -1168,11 +1165,11 @@ fn previews() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    let inner = s.dir.path().join("inner");
+    let inner = s.dir().join("inner");
     let cmd = format!(
         "GITTERM_HOME={} exec {} serve --listen 127.0.0.1:{free}",
         inner.display(),
-        exe()
+        BIN
     );
     let r = c.post("/v1/previews", &json!({"port": free, "command": cmd, "probe": "http", "path": "/v1/health", "waitSeconds": 60}));
     assert_eq!(r.status, 200, "{}", r.text());
@@ -1232,8 +1229,8 @@ fn previews() {
 
 #[test]
 fn server_restart_keeps_jobs() {
-    let dir = Arc::new(tempfile::tempdir().unwrap());
-    let mut s = Server::start_in(Arc::clone(&dir), "127.0.0.1:0", &[]);
+    let sb = Arc::new(Sandbox::new());
+    let mut s = Server::start_in(Arc::clone(&sb), "127.0.0.1:0", &[]);
     let mut c = s.client();
     let v = start_job(
         &mut c,
@@ -1246,7 +1243,7 @@ fn server_restart_keeps_jobs() {
     let token = s.token.clone();
     s.kill9();
     assert!(alive(sup), "the job's supervisor died with the server");
-    let s2 = Server::start_in(Arc::clone(&dir), "127.0.0.1:0", &[]);
+    let s2 = Server::start_in(Arc::clone(&sb), "127.0.0.1:0", &[]);
     assert_eq!(s2.token, token, "the generated token is reused");
     let v = s2
         .client()
@@ -1275,15 +1272,15 @@ fn sigterm_stops_the_server_and_leaves_jobs_running() {
     assert_eq!(rec["status"], "running");
     assert!(alive(rec["supervisorPid"].as_i64().unwrap()));
     assert!(alive(rec["pid"].as_i64().unwrap()));
-    // Drop cancels it through the CLI.
+    // The sandbox's guard cancels it through the CLI.
 }
 
 #[test]
 fn unix_socket_listener() {
-    let dir = Arc::new(tempfile::tempdir().unwrap());
-    let sock = dir.path().join("agent.sock");
+    let sb = Arc::new(Sandbox::new());
+    let sock = sb.dir().join("agent.sock");
     let listen = format!("unix:{}", sock.display());
-    let mut s = Server::start_in(Arc::clone(&dir), &listen, &[]);
+    let mut s = Server::start_in(Arc::clone(&sb), &listen, &[]);
     assert_eq!(s.addr, listen);
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(
@@ -1298,27 +1295,19 @@ fn unix_socket_listener() {
     // A socket left by a killed server is reused; a clean stop removes it.
     s.kill9();
     assert!(sock.exists());
-    let mut s = Server::start_in(Arc::clone(&dir), &listen, &[]);
+    let mut s = Server::start_in(Arc::clone(&sb), &listen, &[]);
     assert_eq!(s.client().get("/v1/health").status, 200);
     // A second server on a live socket refuses to start.
-    let out = std::process::Command::new(exe())
-        .args(["serve", "--listen", &listen])
-        .env("GITTERM_HOME", &s.home)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("another server"));
+    let out = sb.run(&["serve", "--listen", &listen]);
+    assert!(!out.success(), "{out:#?}");
+    assert!(out.stderr.contains("another server"), "{out:#?}");
     s.terminate();
     assert!(!sock.exists());
     // A path that is not a socket is never replaced.
-    let file = dir.path().join("plain");
+    let file = sb.dir().join("plain");
     std::fs::write(&file, b"keep").unwrap();
-    let out = std::process::Command::new(exe())
-        .args(["serve", "--listen", &format!("unix:{}", file.display())])
-        .env("GITTERM_HOME", dir.path().join("root"))
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
+    let out = sb.run(&["serve", "--listen", &format!("unix:{}", file.display())]);
+    assert!(!out.success(), "{out:#?}");
     assert_eq!(std::fs::read(&file).unwrap(), b"keep");
 }
 
@@ -1408,17 +1397,16 @@ fn serve_as_pid_1_reaps_orphans() {
         eprintln!("skipped: cannot create a PID namespace here");
         return;
     }
-    let dir = Arc::new(tempfile::tempdir().unwrap());
-    let home = dir.path().join("root");
-    let mut child = std::process::Command::new("unshare")
+    let sb = Sandbox::new();
+    let home = sb.home();
+    let mut unshare = sb.command("unshare");
+    unshare
         .args(["--pid", "--fork", "--mount-proc", "--kill-child"])
-        .arg(exe())
+        .arg(BIN)
         .args(["serve", "--listen", "127.0.0.1:0"])
-        .env("GITTERM_HOME", &home)
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stderr(std::process::Stdio::piped());
+    let mut child = sb.spawn(unshare);
     let mut first = String::new();
     let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
     std::io::BufRead::read_line(&mut err, &mut first).unwrap();
@@ -1454,8 +1442,9 @@ fn serve_as_pid_1_reaps_orphans() {
         (zombies == 0).then_some(())
     });
     assert_eq!(c.get("/v1/health").status, 200);
-    signal(serve_pid as i32, libc::SIGTERM);
-    let _ = child.wait();
+    kill(serve_pid as i32, libc::SIGTERM);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
 }
 
 #[test]

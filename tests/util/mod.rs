@@ -1,0 +1,85 @@
+//! The one harness of the integration tests.
+//!
+//! - [`Sandbox`]: a test's private world (state root, working folder, scratch files) and its
+//!   cleanup guard. On drop it lets the agent end what still runs (`cancel`, then a listing
+//!   that settles jobs whose supervisor is gone), and then fails the test if any process of
+//!   its own is left: one carrying the marker of one of its jobs, or naming its folder in
+//!   its command line or environment. Those are killed, and named in the failure.
+//! - [`Server`]: a real `serve` on an ephemeral port inside a sandbox, and [`Client`], a raw
+//!   HTTP/1.1 client.
+//! - [`eventually`]: the one way to wait for something. Tests poll, never sleep for a
+//!   condition, and no assertion is on a tighter timing than [`PROMPT`] unless it says why.
+#![allow(dead_code, unused_imports)]
+
+pub mod http;
+pub mod procs;
+pub mod sandbox;
+pub mod server;
+
+use std::time::{Duration, Instant};
+
+pub use http::{Client, Resp};
+pub use procs::*;
+pub use sandbox::{Out, Sandbox};
+pub use serde_json::{Value, json};
+pub use server::Server;
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_gitterm-agent");
+
+/// A generous bound for anything that should happen "promptly": the machine is shared and
+/// noisy, so tests wait this long and stop as soon as the condition holds.
+pub const PROMPT: Duration = Duration::from_secs(15);
+
+/// A bound for slow things (many connections, long polls under load).
+pub const LONG: Duration = Duration::from_secs(60);
+
+/// How long any one CLI invocation may take before the test gives up on it.
+pub const CLI_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Polls `f` every 10 ms until it returns `Some`, and returns that; panics naming `what`
+/// once `within` has passed.
+pub fn eventually<T>(within: Duration, what: &str, f: impl FnMut() -> Option<T>) -> T {
+    poll(within, what, Some(Duration::from_millis(10)), f)
+}
+
+/// [`eventually`] without the pause between tries, to catch narrow windows.
+pub fn eventually_spinning<T>(within: Duration, what: &str, f: impl FnMut() -> Option<T>) -> T {
+    poll(within, what, None, f)
+}
+
+fn poll<T>(
+    within: Duration,
+    what: &str,
+    pause: Option<Duration>,
+    mut f: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {within:?} waiting for {what}"
+        );
+        match pause {
+            Some(p) => std::thread::sleep(p),
+            None => std::thread::yield_now(),
+        }
+    }
+}
+
+/// A JSON field as i32 (panics with the object when absent).
+pub fn int(v: &Value, field: &str) -> i32 {
+    v[field]
+        .as_i64()
+        .unwrap_or_else(|| panic!("{field} is not an integer in {v:#}")) as i32
+}
+
+/// A JSON field as &str (panics with the object when absent).
+pub fn text<'a>(v: &'a Value, field: &str) -> &'a str {
+    v[field]
+        .as_str()
+        .unwrap_or_else(|| panic!("{field} is not a string in {v:#}"))
+}
