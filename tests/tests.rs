@@ -11,3 +11,4 @@ mod corpus;
 mod durability;
 mod harness;
 mod jobs;
+mod openapi;

@@ -1,4 +1,6 @@
-//! A tiny raw-socket HTTP/1.1 client, so the tests see exactly what goes on the wire.
+//! A tiny raw-socket HTTP/1.1 client, so the tests see exactly what goes on the wire. Every
+//! JSON answer to a request sent with [`Client::send`] is checked against
+//! `docs/openapi.json` (see [`super::schema`]).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -13,6 +15,9 @@ pub struct Resp {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// The documented answer this one was checked against (`"GET /v1/jobs 200"`, or
+    /// `"Error"` for an error outside any documented route); `None` when not checked.
+    pub checked: Option<String>,
 }
 
 impl Resp {
@@ -132,7 +137,8 @@ impl Client {
         self.call("POST", path, Some(body))
     }
 
-    /// Sends a request with extra headers and a raw body and reads the answer.
+    /// Sends a request with extra headers and a raw body, reads the answer and checks it
+    /// against the documented schema (panicking with every mismatch).
     pub fn send(
         &mut self,
         method: &str,
@@ -157,7 +163,10 @@ impl Client {
         let mut bytes = req.into_bytes();
         bytes.extend_from_slice(body.unwrap_or_default());
         self.r.get_mut().write_all(&bytes).expect("send request");
-        self.read_response().expect("read response")
+        let mut r = self.read_response().expect("read response");
+        r.checked = super::schema::check_answer(method, path, &r)
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        r
     }
 
     /// Writes raw bytes on the connection.
@@ -166,6 +175,7 @@ impl Client {
     }
 
     /// Reads one response (skipping `100 Continue`); `None` if the connection closed first.
+    /// Not checked against the schema: the request it answers is not known here.
     pub fn read_response(&mut self) -> Option<Resp> {
         loop {
             let mut line = String::new();
@@ -198,6 +208,7 @@ impl Client {
                 status,
                 headers,
                 body,
+                checked: None,
             });
         }
     }

@@ -6,7 +6,7 @@
 //!   its own is left: one carrying the marker of one of its jobs, or naming its folder in
 //!   its command line or environment. Those are killed, and named in the failure.
 //! - [`Server`]: a real `serve` on an ephemeral port inside a sandbox, and [`Client`], a raw
-//!   HTTP/1.1 client.
+//!   HTTP/1.1 client whose every JSON answer is checked against `docs/openapi.json`.
 //! - [`eventually`]: the one way to wait for something. Tests poll, never sleep for a
 //!   condition, and no assertion is on a tighter timing than [`PROMPT`] unless it says why.
 #![allow(dead_code, unused_imports)]
@@ -14,6 +14,7 @@
 pub mod http;
 pub mod procs;
 pub mod sandbox;
+pub mod schema;
 pub mod server;
 
 use std::time::{Duration, Instant};
