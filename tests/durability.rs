@@ -162,10 +162,21 @@ fn a_full_disk_still_records_the_end() {
 fn prune_removes_the_oldest_ended_jobs_and_never_a_running_one() {
     let sb = Sandbox::new();
     let mut ids = Vec::new();
+    let mut last_end = i64::MIN;
     for i in 0..4 {
+        // Each job starts after the previous one's recorded end (millisecond timestamps),
+        // so that their order by end is not a tie.
+        eventually(PROMPT, "the clock to pass the previous job's end", || {
+            (now_ms() > last_end).then_some(())
+        });
         let v = sb.json(&["exec", "--json", "--", &format!("echo {i}")]);
+        let end = epoch_ms(text(&v, "endedAt")).unwrap_or_else(|| panic!("endedAt in {v}"));
+        assert!(
+            end > last_end,
+            "job {i} ended at {end}, not after {last_end}"
+        );
+        last_end = end;
         ids.push(text(&v, "id").to_string());
-        std::thread::sleep(std::time::Duration::from_millis(5));
     }
     let running = sb.start(&["--", "sleep 30"]);
     let running_id = text(&running, "id");
@@ -183,7 +194,7 @@ fn prune_removes_the_oldest_ended_jobs_and_never_a_running_one() {
     assert!(sb.job_dir(&ids[3]).is_dir());
     assert!(sb.job_dir(running_id).is_dir());
     let v = sb.json(&["prune", "--keep-jobs", "0", "--keep-days", "0", "--json"]);
-    assert_eq!(v["removed"].as_array().unwrap().len(), 1);
+    assert_eq!(v["removed"], json!([ids[3].as_str()]));
     assert!(sb.job_dir(running_id).is_dir());
     assert!(sb.run(&["cancel", running_id]).success());
 }

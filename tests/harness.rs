@@ -99,3 +99,16 @@ fn eventually_returns_the_value_or_names_what_it_waited_for() {
     let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();
     assert!(msg.contains("the impossible"), "{msg}");
 }
+
+#[test]
+fn timestamps_are_read_as_the_agent_writes_them() {
+    assert_eq!(epoch_ms("1970-01-01T00:00:00.000Z"), Some(0));
+    assert_eq!(epoch_ms("1970-01-01T00:00:00Z"), Some(0));
+    assert_eq!(
+        epoch_ms("2026-11-30T21:57:19.123Z"),
+        Some(1_796_075_839_123)
+    );
+    assert_eq!(epoch_ms("2000-02-29T00:00:00.5Z"), Some(951_782_400_500));
+    assert_eq!(epoch_ms("nonsense"), None);
+    assert!(now_ms() > 1_700_000_000_000);
+}

@@ -84,3 +84,38 @@ pub fn text<'a>(v: &'a Value, field: &str) -> &'a str {
         .as_str()
         .unwrap_or_else(|| panic!("{field} is not a string in {v:#}"))
 }
+
+/// Milliseconds since the epoch of an RFC 3339 UTC time as the agent writes them
+/// (`2026-11-29T21:57:19.123Z`); `None` for anything else.
+pub fn epoch_ms(t: &str) -> Option<i64> {
+    let b = t.as_bytes();
+    if b.len() < 20 || !t.ends_with('Z') || b[4] != b'-' || b[10] != b'T' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| t.get(r)?.parse::<i64>().ok();
+    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hh, mm, ss) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    let ms = match t[19..t.len() - 1].strip_prefix('.') {
+        Some(f) if !f.is_empty() && f.bytes().all(|c| c.is_ascii_digit()) => {
+            format!("{f:0<3}")[..3].parse::<i64>().ok()?
+        }
+        None if t.len() == 20 => 0,
+        _ => return None,
+    };
+    // Days from the civil date (proleptic Gregorian), after H. Hinnant.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * ((m + 9) % 12) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 24 + hh) * 60 + mm) * 60_000 + ss * 1000 + ms)
+}
+
+/// Milliseconds since the epoch, now.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
