@@ -350,6 +350,18 @@ fn serve_after_a_restore_says_resumed_settles_old_jobs_and_prunes() {
         &["--keep-jobs", "2", "--keep-days", "3650"],
     );
     assert_eq!(s.started["resumed"], true);
+    // At start the server settles every record, so the old boot's running job is lost (and
+    // now the newest ended one), then prunes, keeping it and the newest of the others. No
+    // request before that is done: a read racing the start-up settle can make the prune see
+    // the job as still running (a known race of the server, not what this test is about).
+    eventually_ok(PROMPT, "the start-up prune", || {
+        let log = s.log_text();
+        let pruned = log
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .any(|v| v["event"] == "prune");
+        if pruned { Ok(()) } else { Err(log) }
+    });
     let mut c = s.client();
     let info = c.get("/v1/sandbox").json();
     assert_eq!(info["resumed"], true);
@@ -358,17 +370,12 @@ fn serve_after_a_restore_says_resumed_settles_old_jobs_and_prunes() {
         json!(["KEPT"]),
         "the persisted env survives"
     );
-    // The rescan settles the old boot's running job (now the newest ended one), and pruning
-    // keeps it and the newest of the others.
-    let list = eventually(PROMPT, "the old job settled and the rest pruned", || {
-        let jobs = c.get("/v1/jobs").json();
-        let list = jobs["jobs"].as_array()?.clone();
-        let lost = list.iter().find(|j| j["id"] == running)?;
-        let ended = list.iter().filter(|j| j["status"] == "succeeded").count();
-        (lost["status"] == "lost" && ended == 1).then_some(list)
-    });
+    let jobs = c.get("/v1/jobs").json();
+    let list = jobs["jobs"].as_array().unwrap();
+    let mut ids: Vec<&str> = list.iter().map(|j| text(j, "id")).collect();
+    ids.sort();
+    assert_eq!(ids, [running, "job_bbbbbbbbbbbbbbbbbbb2"], "{jobs:#}");
     let lost = list.iter().find(|j| j["id"] == running).unwrap();
+    assert_eq!(lost["status"], "lost");
     assert!(text(lost, "reason").contains("sandbox restarted"), "{lost}");
-    let kept = list.iter().find(|j| j["status"] == "succeeded").unwrap();
-    assert_eq!(kept["id"], "job_bbbbbbbbbbbbbbbbbbb2");
 }

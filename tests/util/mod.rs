@@ -40,30 +40,50 @@ pub const CLI_DEADLINE: Duration = Duration::from_secs(60);
 
 /// Polls `f` every 10 ms until it returns `Some`, and returns that; panics naming `what`
 /// once `within` has passed.
-pub fn eventually<T>(within: Duration, what: &str, f: impl FnMut() -> Option<T>) -> T {
-    poll(within, what, Some(Duration::from_millis(10)), f)
+pub fn eventually<T>(within: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    poll(within, what, Some(Duration::from_millis(10)), || {
+        f().ok_or(None::<()>)
+    })
+}
+
+/// [`eventually`] for a condition that can say what it saw instead (`Err`): the last of
+/// those is in the failure.
+pub fn eventually_ok<T, E: std::fmt::Debug>(
+    within: Duration,
+    what: &str,
+    mut f: impl FnMut() -> Result<T, E>,
+) -> T {
+    poll(within, what, Some(Duration::from_millis(10)), || {
+        f().map_err(Some)
+    })
 }
 
 /// [`eventually`] without the pause between tries, to catch narrow windows.
-pub fn eventually_spinning<T>(within: Duration, what: &str, f: impl FnMut() -> Option<T>) -> T {
-    poll(within, what, None, f)
+pub fn eventually_spinning<T>(within: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    poll(within, what, None, || f().ok_or(None::<()>))
 }
 
-fn poll<T>(
+/// The one polling loop: tries `f` until it gives `Ok`, for at most `within`.
+fn poll<T, E: std::fmt::Debug>(
     within: Duration,
     what: &str,
     pause: Option<Duration>,
-    mut f: impl FnMut() -> Option<T>,
+    mut f: impl FnMut() -> Result<T, Option<E>>,
 ) -> T {
     let deadline = Instant::now() + within;
     loop {
-        if let Some(v) = f() {
-            return v;
+        let last = match f() {
+            Ok(v) => return v,
+            Err(last) => last,
+        };
+        if Instant::now() >= deadline {
+            match last {
+                Some(last) => {
+                    panic!("timed out after {within:?} waiting for {what}; last saw {last:#?}")
+                }
+                None => panic!("timed out after {within:?} waiting for {what}"),
+            }
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {within:?} waiting for {what}"
-        );
         match pause {
             Some(p) => std::thread::sleep(p),
             None => std::thread::yield_now(),
