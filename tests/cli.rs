@@ -1,11 +1,9 @@
 //! The command line's edges: bad input of every kind (a clear error, nothing written), the
 //! status table, and corrupt records.
 
-mod common;
-
 use std::fs;
 
-use common::*;
+use crate::util::*;
 
 /// Runs `args` and checks it failed clearly without creating any job folder.
 fn refused(sb: &Sandbox, args: &[&str], names: &str) {

@@ -1,18 +1,15 @@
 //! The job-supervision core with real processes: exit facts, timeouts, cancel, `lost`,
 //! nothing outliving a job, output capture, records on disk, logs, and interrupts.
 //!
-//! Every test has its own state root; the `Sandbox` guard kills whatever a test left.
-
-mod common;
+//! Every test has its own sandbox; its guard fails a test that leaves a process behind.
 
 use std::fs;
 use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
-use std::time::Instant;
 
-use common::*;
+use crate::util::*;
 
 // ---------------------------------------------------------------------------------------
 // Exit facts
@@ -260,7 +257,9 @@ fn nothing_outlives(sb: Sandbox) {
     assert_dead(&[int(&v, "pid")], id, PROMPT);
     sb.assert_no_leftovers();
     if let Some(cg) = job_cgroup(id) {
-        wait_until(PROMPT, "the job's cgroup to be removed", || !cg.exists());
+        eventually(PROMPT, "the job's cgroup to be removed", || {
+            (!cg.exists()).then_some(())
+        });
     }
 }
 
@@ -421,8 +420,8 @@ fn kill_supervisor(v: &serde_json::Value) {
         "supervisor {sup} should be alive"
     );
     kill(sup, libc::SIGKILL);
-    wait_until(PROMPT, "the supervisor to die", || {
-        matches!(proc_state(sup), None | Some('Z'))
+    eventually(PROMPT, "the supervisor to die", || {
+        (matches!(proc_state(sup), None | Some('Z'))).then_some(())
     });
 }
 
@@ -498,34 +497,30 @@ fn lost_job_cgroup_is_removed() {
     kill_supervisor(&v);
     assert_eq!(sb.status(id)["status"], "lost");
     sb.assert_no_leftovers();
-    wait_until(PROMPT, "the job's cgroup to be removed", || !cg.exists());
+    eventually(PROMPT, "the job's cgroup to be removed", || {
+        (!cg.exists()).then_some(())
+    });
 }
 
 /// Polls until some job folder's record (not one of `exclude`) names its supervisor;
 /// returns that record. With `spin`, polls without pausing (to hit narrow windows).
 fn wait_for_supervisor(sb: &Sandbox, exclude: &[String], spin: bool) -> serde_json::Value {
-    let deadline = Instant::now() + PROMPT;
-    loop {
+    let find = || {
         let rec = sb
             .job_ids()
             .iter()
             .filter(|id| !exclude.contains(id))
             .filter_map(|id| fs::read_to_string(sb.job_dir(id).join("job.json")).ok())
             .filter_map(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .find(|r| r["supervisorPid"].is_i64() && r["status"] == "running");
-        if let Some(rec) = rec {
-            sb.remember(text(&rec, "id"));
-            return rec;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no supervisor recorded itself within {PROMPT:?}"
-        );
-        if spin {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
+            .find(|r| r["supervisorPid"].is_i64() && r["status"] == "running")?;
+        sb.remember(text(&rec, "id"));
+        Some(rec)
+    };
+    let what = "a supervisor to record itself";
+    if spin {
+        eventually_spinning(PROMPT, what, find)
+    } else {
+        eventually(PROMPT, what, find)
     }
 }
 
@@ -552,8 +547,8 @@ fn foreground_exec_reports_a_lost_supervisor() {
     let child = sb.spawn(c);
     let cli = child.id() as i32;
     // The CLI handles Ctrl-C once the job has started and it follows the output.
-    wait_until(PROMPT, "the job to start", || {
-        catches(cli, libc::SIGINT) && !sb.job_ids().is_empty()
+    eventually(PROMPT, "the job to start", || {
+        (catches(cli, libc::SIGINT) && !sb.job_ids().is_empty()).then_some(())
     });
     let rec = wait_for_supervisor(&sb, &[], false);
     kill_supervisor(&rec);
@@ -644,8 +639,8 @@ fn detached_job_does_not_hold_the_callers_fds() {
     // SAFETY: setting O_NONBLOCK on an fd we own.
     unsafe { libc::fcntl(r.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
     let mut buf = [0u8; 16];
-    wait_until(PROMPT, "EOF on the caller's pipe", || {
-        matches!(r.read(&mut buf), Ok(0))
+    eventually(PROMPT, "EOF on the caller's pipe", || {
+        (matches!(r.read(&mut buf), Ok(0))).then_some(())
     });
 }
 
@@ -789,7 +784,9 @@ fn interrupting_exec_cancels_the_job() {
         let child = sb.spawn(c);
         let cli = child.id() as i32;
         // Once the CLI handles the signal, the job has started.
-        wait_until(PROMPT, "the CLI to handle the signal", || catches(cli, sig));
+        eventually(PROMPT, "the CLI to handle the signal", || {
+            (catches(cli, sig)).then_some(())
+        });
         let bg = sb.pid_from("bg");
         kill(cli, sig);
         let out = sb.finish(child, PROMPT);
@@ -820,22 +817,23 @@ fn interrupt_during_start_leaves_no_running_or_corrupt_job() {
         let child = sb.spawn(c);
         let cli = child.id() as i32;
         // Ctrl-C as soon as the job's folder exists.
-        let deadline = Instant::now() + PROMPT;
-        while sb.job_ids().len() == before {
-            assert!(Instant::now() < deadline, "no job folder appeared");
-            std::thread::yield_now();
-        }
+        eventually_spinning(PROMPT, "a job folder to appear", || {
+            (sb.job_ids().len() != before).then_some(())
+        });
         kill(cli, libc::SIGINT);
         sb.finish(child, PROMPT);
     }
-    wait_until(PROMPT, "every job to be ended and readable", || {
-        let out = sb.run(&["status", "--json"]);
-        let v = out.json();
-        v["jobs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|j| j.get("corrupt").is_none() && j["status"] != "running")
+    eventually(PROMPT, "every job to be ended and readable", || {
+        ({
+            let out = sb.run(&["status", "--json"]);
+            let v = out.json();
+            v["jobs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|j| j.get("corrupt").is_none() && j["status"] != "running")
+        })
+        .then_some(())
     });
 }
 
@@ -868,8 +866,8 @@ fn killed_cli_leaves_the_job_to_its_timeout() {
     c.stdout(Stdio::null()).stderr(Stdio::null());
     let child = sb.spawn(c);
     let cli = child.id() as i32;
-    wait_until(PROMPT, "the job to start", || {
-        catches(cli, libc::SIGINT) && !sb.job_ids().is_empty()
+    eventually(PROMPT, "the job to start", || {
+        (catches(cli, libc::SIGINT) && !sb.job_ids().is_empty()).then_some(())
     });
     kill(cli, libc::SIGKILL);
     let out = sb.finish(child, PROMPT);
@@ -1008,12 +1006,13 @@ fn cancelled_exec_never_exits_zero() {
     c.stdout(Stdio::piped()).stderr(Stdio::piped());
     let child = sb.spawn(c);
     let cli = child.id() as i32;
-    wait_until(PROMPT, "the job to start", || {
-        catches(cli, libc::SIGINT) && !sb.job_ids().is_empty()
+    eventually(PROMPT, "the job to start", || {
+        (catches(cli, libc::SIGINT) && !sb.job_ids().is_empty()).then_some(())
     });
     let id = sb.job_ids().pop().unwrap();
-    wait_until(PROMPT, "the job to be ready", || {
-        fs::read_to_string(sb.job_dir(&id).join("output.log")).is_ok_and(|o| o.contains("ready"))
+    eventually(PROMPT, "the job to be ready", || {
+        (fs::read_to_string(sb.job_dir(&id).join("output.log")).is_ok_and(|o| o.contains("ready")))
+            .then_some(())
     });
     assert_eq!(sb.run(&["cancel", &id]).code, Some(0));
     let out = sb.finish(child, PROMPT);

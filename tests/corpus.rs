@@ -1,15 +1,21 @@
 //! Real terminal recordings (`*.raw`) must be stored exactly as `*.expected`, however the
 //! bytes are split into reads.
+//!
+//! The recordings are the project's own, in `tests/data/corpus`; where the shared corpus of
+//! the contract sits beside the repository (`../shared/corpus`), it is checked as well.
 
 use gitterm_agent::text::pipeline::Pipeline;
 use gitterm_agent::text::sanitize::Sanitizer;
 use std::path::{Path, PathBuf};
 
-const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/corpus");
+/// The project's own recordings; always there.
+const OWN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/corpus");
 
-/// Every `(name, raw, expected)` in the corpus.
-fn corpus() -> Vec<(String, Vec<u8>, Vec<u8>)> {
-    let dir = Path::new(CORPUS);
+/// The contract's shared corpus, beside the repository where it is checked out with it.
+const SHARED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/corpus");
+
+/// Every `(name, raw, expected)` of one corpus folder (at least one).
+fn read_corpus(dir: &Path) -> Vec<(String, Vec<u8>, Vec<u8>)> {
     let mut raws: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("corpus at {}: {e}", dir.display()))
         .map(|e| e.unwrap().path())
@@ -19,11 +25,43 @@ fn corpus() -> Vec<(String, Vec<u8>, Vec<u8>)> {
     assert!(!raws.is_empty(), "no *.raw files in {}", dir.display());
     raws.into_iter()
         .map(|raw| {
-            let name = raw.file_stem().unwrap().to_string_lossy().into_owned();
-            let expected = std::fs::read(raw.with_extension("expected")).unwrap();
+            let name = format!(
+                "{}/{}",
+                dir.display(),
+                raw.file_stem().unwrap().to_string_lossy()
+            );
+            let expected = std::fs::read(raw.with_extension("expected"))
+                .unwrap_or_else(|e| panic!("{name}.expected: {e}"));
             (name, std::fs::read(&raw).unwrap(), expected)
         })
         .collect()
+}
+
+/// Every recording: the project's own, and the shared corpus where it exists.
+fn corpus() -> Vec<(String, Vec<u8>, Vec<u8>)> {
+    let mut all = read_corpus(Path::new(OWN));
+    let shared = Path::new(SHARED);
+    if shared.is_dir() {
+        all.extend(read_corpus(shared));
+    } else {
+        eprintln!(
+            "note: no shared corpus at {}; checked {} only",
+            shared.display(),
+            OWN
+        );
+    }
+    all
+}
+
+#[test]
+fn the_projects_own_corpus_is_there() {
+    let own = read_corpus(Path::new(OWN));
+    for (name, _, expected) in &own {
+        assert!(
+            std::str::from_utf8(expected).is_ok(),
+            "{name}.expected is not UTF-8"
+        );
+    }
 }
 
 fn sanitize(chunks: &mut dyn Iterator<Item = &[u8]>) -> Vec<u8> {

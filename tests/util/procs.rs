@@ -1,0 +1,201 @@
+//! Processes seen through /proc: states, job markers, signals, cgroups.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::{PROMPT, eventually};
+
+/// The environment variable every job process carries (see the supervisor).
+pub const JOB_MARKER: &str = "GITTERM_JOB_ID";
+
+/// A process found in /proc.
+#[derive(Debug, Clone)]
+pub struct ProcInfo {
+    pub pid: i32,
+    pub state: char,
+    pub cmdline: String,
+}
+
+impl std::fmt::Display for ProcInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({}) {}", self.pid, self.state, self.cmdline)
+    }
+}
+
+/// Every live (non-zombie) process but this one for which `matches(cmdline, environ)`
+/// holds, both as NUL-separated bytes.
+pub fn scan(mut matches: impl FnMut(&[u8], &[u8]) -> bool) -> Vec<ProcInfo> {
+    let me = std::process::id() as i32;
+    let mut found = Vec::new();
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return found;
+    };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        if pid <= 1 || pid == me {
+            continue;
+        }
+        let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let env = fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        if !matches(&cmdline, &env) {
+            continue;
+        }
+        match proc_state(pid) {
+            None | Some('Z') | Some('X') => continue,
+            Some(state) => found.push(ProcInfo {
+                pid,
+                state,
+                cmdline: String::from_utf8_lossy(&cmdline).replace('\0', " "),
+            }),
+        }
+    }
+    found
+}
+
+/// True when one of the NUL-separated entries of `list` contains `needle`.
+pub fn any_entry_contains(list: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty()
+        && list
+            .split(|&b| b == 0)
+            .any(|e| e.windows(needle.len()).any(|w| w == needle))
+}
+
+/// True when one of the NUL-separated entries of `environ` is exactly `kv`.
+pub fn has_env_entry(environ: &[u8], kv: &[u8]) -> bool {
+    environ.split(|&b| b == 0).any(|e| e == kv)
+}
+
+/// The `GITTERM_JOB_ID=<id>` entry of a job's processes.
+pub fn marker(id: &str) -> Vec<u8> {
+    format!("{JOB_MARKER}={id}").into_bytes()
+}
+
+/// Live processes carrying job `id`'s marker.
+pub fn job_processes(id: &str) -> Vec<ProcInfo> {
+    let m = marker(id);
+    scan(|_, env| has_env_entry(env, &m))
+}
+
+/// SIGKILLs every process of job `id` (as a sandbox restore would find them: gone) and
+/// waits until none is left.
+pub fn kill_job_processes(id: &str) {
+    eventually(PROMPT, &format!("the processes of {id} to die"), || {
+        let left = job_processes(id);
+        for p in &left {
+            kill(p.pid, libc::SIGKILL);
+        }
+        left.is_empty().then_some(())
+    });
+}
+
+/// The state letter of `/proc/<pid>/stat`, or `None` when the pid does not exist.
+pub fn proc_state(pid: i32) -> Option<char> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let close = text.rfind(')')?;
+    text[close + 1..].trim_start().chars().next()
+}
+
+/// True if a process exists and is not a zombie.
+pub fn alive(pid: i64) -> bool {
+    i32::try_from(pid).is_ok_and(|p| proc_state(p).is_some_and(|s| s != 'Z' && s != 'X'))
+}
+
+/// True when `pid` no longer is a live process of job `id`: it is gone, a zombie, or the
+/// pid now belongs to some other process.
+pub fn dead_or_not_of_job(pid: i32, id: &str) -> bool {
+    match proc_state(pid) {
+        None | Some('Z') | Some('X') => true,
+        Some(_) => {
+            let env = fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            !has_env_entry(&env, &marker(id))
+        }
+    }
+}
+
+/// True while `pid` is a live (non-zombie) process of job `id`.
+pub fn alive_in_job(pid: i32, id: &str) -> bool {
+    !dead_or_not_of_job(pid, id)
+}
+
+/// Waits until every pid is dead (or reused by something else), at most `within`.
+pub fn assert_dead(pids: &[i32], id: &str, within: Duration) {
+    let what = format!("processes {pids:?} of job {id} to die");
+    eventually(within, &what, || {
+        pids.iter()
+            .all(|&p| dead_or_not_of_job(p, id))
+            .then_some(())
+    });
+}
+
+/// Sends a signal.
+pub fn kill(pid: i32, sig: i32) {
+    // SAFETY: kill(2) takes plain integers and has no memory-safety preconditions.
+    unsafe { libc::kill(pid, sig) };
+}
+
+/// True when the process has a handler installed for `sig` (SigCgt in /proc/pid/status).
+pub fn catches(pid: i32, sig: i32) -> bool {
+    let Ok(text) = fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    text.lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+        .is_some_and(|m| m & (1 << (sig - 1)) != 0)
+}
+
+/// The job's cgroup v2 folder as the agent would create it, if cgroup v2 is mounted.
+pub fn job_cgroup(id: &str) -> Option<PathBuf> {
+    let mounts = fs::read_to_string("/proc/self/mounts").ok()?;
+    let mount = mounts.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        let (_dev, dir, kind) = (f.next()?, f.next()?, f.next()?);
+        (kind == "cgroup2").then(|| PathBuf::from(dir))
+    })?;
+    let own = fs::read_to_string("/proc/self/cgroup").ok()?;
+    let rel = own
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))?
+        .trim_start_matches('/')
+        .to_string();
+    let base = if rel.is_empty() {
+        mount
+    } else {
+        mount.join(rel)
+    };
+    Some(base.join("gitterm").join(id))
+}
+
+/// Kills what is left in a job's cgroup and removes the folder (quietly).
+pub fn remove_job_cgroup(id: &str) {
+    let Some(cg) = job_cgroup(id).filter(|c| c.exists()) else {
+        return;
+    };
+    let _ = fs::write(cg.join("cgroup.kill"), "1");
+    for _ in 0..100 {
+        if fs::remove_dir(&cg).is_ok() || !cg.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Mode bits (the low 9) of a path.
+pub fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+/// Writes a file with a mode.
+pub fn write_mode(path: &Path, data: &str, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    fs::write(path, data).unwrap();
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+}
