@@ -363,16 +363,16 @@ fn create_and_spawn(
         cgroup: None,
         extra: Default::default(),
     };
+    // Not fsynced (nor is the folder's rename): a crash of any process loses nothing, and
+    // a job's start records are not worth a disk flush each on the caller's path. After a
+    // kernel crash or power loss a job started in the last seconds may be missing, or
+    // read as corrupt or lost; its final record is synced.
     let data = serde_json::to_vec_pretty(&rec).unwrap_or_default();
-    crate::state::fsutil::write_atomic(&dir.join(crate::state::layout::RECORD), &data, 0o600)
-        .map_err(io("job.json"))?;
+    let _unsynced =
+        crate::state::fsutil::replace(&dir.join(crate::state::layout::RECORD), &data, 0o600)
+            .map_err(io("job.json"))?;
     fs::rename(&dir, store.job_dir(id)).map_err(io("folder"))?;
-    fs::File::open(store.jobs_dir())
-        .and_then(|d| d.sync_all())
-        .map_err(io("jobs folder"))?;
-    let running = store.running_dir();
-    crate::state::fsutil::ensure_private_dir(&running).map_err(io("running folder"))?;
-    fs::write(running.join(id.as_str()), b"").map_err(io("running marker"))?;
+    fs::write(store.running_marker(id), b"").map_err(io("running marker"))?;
 
     // Stdin (a .netrc, say) never touches the disk: it reaches the supervisor as a memory
     // file on its own stdin, which it hands to the shell.

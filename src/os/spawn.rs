@@ -1,9 +1,10 @@
 //! What runs between fork and exec, and the process-level steps around it: each a small
 //! function so that the callers above this layer need no `unsafe`.
 
+use std::ffi::CString;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, FromRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
@@ -36,59 +37,272 @@ pub struct Credentials {
     pub gid: u32,
     /// Primary and supplementary groups.
     pub groups: Vec<u32>,
-    /// Entered again once the ids are dropped, so the kernel checks the user may.
-    pub cwd: std::ffi::CString,
 }
 
-/// Makes `cmd` start a job's shell: no signal blocked, its own session, moved into the
-/// cgroup whose `cgroup.procs` is open on `cgroup_procs`, then (with `creds`) the user's
-/// groups, gid and uid, and killed if its supervisor (`parent`) dies.
-pub fn as_job(
-    cmd: &mut Command,
+/// Everything a job's shell is started with, prepared before the fork so that the child
+/// only makes async-signal-safe calls.
+pub struct JobStart {
+    /// The program and its arguments (`/bin/sh -c COMMAND`).
+    pub argv: Vec<CString>,
+    /// `NAME=value` strings: the whole environment.
+    pub envp: Vec<CString>,
+    /// Entered as the job's user, so the kernel checks it may.
+    pub cwd: CString,
+    pub stdin: OwnedFd,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+    /// The job's cgroup folder, opened: the shell is created inside it.
+    pub cgroup: Option<OwnedFd>,
+    pub creds: Option<Credentials>,
+}
+
+/// clone3's flag to create the child in the cgroup `cgroup` names (Linux 5.7).
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// `struct clone_args` of clone3(2), as far as used here.
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+/// Starts a job's shell and returns its pid. The shell starts with no signal blocked, in
+/// its own session, in the job's cgroup (created there by `clone3(CLONE_INTO_CGROUP)`:
+/// joining one by writing `cgroup.procs` takes a lock that waits for an RCU grace period,
+/// milliseconds per job; where clone3 is refused, a fork joins it the old way), then with
+/// the user's groups, gid and uid, killed if its supervisor dies. A failure in the child
+/// before exec comes back as the error.
+pub fn spawn_job(job: JobStart) -> io::Result<i32> {
+    let parent = std::process::id() as i32;
+    let argv: Vec<*const libc::c_char> = job
+        .argv
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    let envp: Vec<*const libc::c_char> = job
+        .envp
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    // The child reports a failure before exec as an errno on this pipe (closed on exec).
+    let (err_r, err_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+    let procs = match &job.cgroup {
+        Some(dir) => nix::fcntl::openat(
+            dir,
+            "cgroup.procs",
+            OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .ok(),
+        None => None,
+    };
+    let raw = |f: &OwnedFd| f.as_raw_fd();
+    let child = Child {
+        argv: &argv,
+        envp: &envp,
+        cwd: &job.cwd,
+        fds: [raw(&job.stdin), raw(&job.stdout), raw(&job.stderr)],
+        procs: None,
+        creds: job.creds.as_ref(),
+        parent,
+        err: err_w.as_raw_fd(),
+    };
+    let mut pid = -1;
+    if let Some(dir) = &job.cgroup {
+        let mut args = CloneArgs {
+            flags: CLONE_INTO_CGROUP,
+            exit_signal: libc::SIGCHLD as u64,
+            cgroup: dir.as_raw_fd() as u64,
+            ..Default::default()
+        };
+        // SAFETY: clone3 without CLONE_VM is a fork; the child only runs `child.run`,
+        // which makes async-signal-safe calls on memory prepared above and never returns.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_clone3,
+                &mut args as *mut CloneArgs,
+                std::mem::size_of::<CloneArgs>(),
+            )
+        };
+        match r {
+            0 => child.run(),
+            n if n > 0 => pid = n as i32,
+            _ => {} // ENOSYS (seccomp), EINVAL, EBUSY…: fall back to a fork
+        }
+    }
+    if pid < 0 {
+        let child = Child {
+            procs: procs.as_ref().map(|f| f.as_raw_fd()),
+            ..child
+        };
+        // SAFETY: as above; the supervisor is single-threaded when it starts the shell.
+        match unsafe { libc::fork() } {
+            0 => child.run(),
+            n if n > 0 => pid = n,
+            _ => return Err(io::Error::last_os_error()),
+        }
+    }
+    drop(err_w);
+    drop(job);
+    // EOF: the exec happened. Eight bytes: the step that failed before it, and its errno.
+    let mut buf = [0u8; 8];
+    let mut got = 0;
+    while got < 8 {
+        match nix::unistd::read(&err_r, &mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if got == 8 {
+        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+        let step = i32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]]);
+        let errno = i32::from_ne_bytes([buf[4], buf[5], buf[6], buf[7]]);
+        return Err(SpawnError {
+            step: Step::from(step),
+            error: io::Error::from_raw_os_error(errno),
+        }
+        .into());
+    }
+    Ok(pid)
+}
+
+/// Where the child of [`spawn_job`] failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
+pub enum Step {
+    Stdio = 1,
+    Session = 2,
+    User = 3,
+    Cwd = 4,
+    Exec = 5,
+}
+
+impl From<i32> for Step {
+    fn from(n: i32) -> Step {
+        match n {
+            1 => Step::Stdio,
+            2 => Step::Session,
+            3 => Step::User,
+            4 => Step::Cwd,
+            _ => Step::Exec,
+        }
+    }
+}
+
+/// A job's shell that could not be started, and the step that failed.
+#[derive(Debug)]
+pub struct SpawnError {
+    pub step: Step,
+    pub error: io::Error,
+}
+
+impl std::fmt::Display for SpawnError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = match self.step {
+            Step::Stdio => "could not set up its output",
+            Step::Session => "could not start its session",
+            Step::User => "could not switch to the job's user",
+            Step::Cwd => "could not enter its working folder (cwd) as the job's user",
+            Step::Exec => "could not run /bin/sh",
+        };
+        write!(f, "{what}: {}", self.error)
+    }
+}
+
+impl std::error::Error for SpawnError {}
+
+impl From<SpawnError> for io::Error {
+    fn from(e: SpawnError) -> io::Error {
+        io::Error::new(e.error.kind(), e.to_string())
+    }
+}
+
+/// The child's side of [`spawn_job`]: plain data, borrowed from the parent's copy.
+#[derive(Clone, Copy)]
+struct Child<'a> {
+    argv: &'a [*const libc::c_char],
+    envp: &'a [*const libc::c_char],
+    cwd: &'a CString,
+    fds: [RawFd; 3],
+    procs: Option<RawFd>,
+    creds: Option<&'a Credentials>,
     parent: i32,
-    cgroup_procs: Option<RawFd>,
-    creds: Option<Credentials>,
-) {
-    // SAFETY: only async-signal-safe calls (sigprocmask, setsid, write, setgroups, setgid,
-    // setuid, chdir, prctl, getppid, kill) run between fork and exec; everything they read
-    // was allocated before the fork and is only borrowed here.
-    unsafe {
-        cmd.pre_exec(move || {
+    err: RawFd,
+}
+
+impl Child<'_> {
+    fn run(self) -> ! {
+        // SAFETY: only async-signal-safe calls, on memory the parent prepared before the
+        // fork; every path ends in execve or _exit.
+        unsafe {
+            // The step that failed and its errno, for the parent's message.
+            let fail = |err: RawFd, step: Step| -> ! {
+                let report = [step as i32, *libc::__errno_location()];
+                libc::write(err, report.as_ptr().cast(), 8);
+                libc::_exit(127)
+            };
             // The supervisor blocks the signals it reads through its signalfd; the job
             // must start with none blocked.
             let mut empty: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut empty);
             libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            for (target, &fd) in self.fds.iter().enumerate() {
+                // dup2 onto itself would keep close-on-exec: clear it instead.
+                let r = if fd == target as RawFd {
+                    libc::fcntl(fd, libc::F_SETFD, 0)
+                } else {
+                    libc::dup2(fd, target as RawFd)
+                };
+                if r < 0 {
+                    fail(self.err, Step::Stdio);
+                }
+            }
             if libc::setsid() < 0 {
-                return Err(io::Error::last_os_error());
+                fail(self.err, Step::Session);
             }
             // Joined while still privileged: the user may not write any cgroup.procs.
-            if let Some(fd) = cgroup_procs {
+            if let Some(fd) = self.procs {
                 libc::write(fd, b"0".as_ptr().cast(), 1);
             }
-            if let Some(c) = &creds {
+            if let Some(c) = self.creds {
                 if libc::setgroups(c.groups.len(), c.groups.as_ptr()) < 0
                     || libc::setgid(c.gid) < 0
                     || libc::setuid(c.uid) < 0
                 {
-                    return Err(io::Error::last_os_error());
+                    fail(self.err, Step::User);
                 }
                 // Dropped for good: a set-uid-root program is the only way back.
-                if libc::setuid(0) == 0 && c.uid != 0 {
-                    return Err(io::Error::from_raw_os_error(libc::EPERM));
+                if c.uid != 0 && libc::setuid(0) == 0 {
+                    *libc::__errno_location() = libc::EPERM;
+                    fail(self.err, Step::User);
                 }
-                if libc::chdir(c.cwd.as_ptr()) < 0 {
-                    return Err(io::Error::last_os_error());
-                }
+            }
+            if libc::chdir(self.cwd.as_ptr()) < 0 {
+                fail(self.err, Step::Cwd);
             }
             // The shell must not outlive its supervisor (set after the uid change, which
             // clears it).
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-            if libc::getppid() != parent {
+            if libc::getppid() != self.parent {
                 libc::kill(libc::getpid(), libc::SIGKILL);
             }
-            Ok(())
-        });
+            libc::execve(self.argv[0], self.argv.as_ptr(), self.envp.as_ptr());
+            fail(self.err, Step::Exec)
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Creates a folder (and parents) with mode 0700, and tightens it if it already existed.
 pub fn ensure_private_dir(path: &Path) -> io::Result<()> {
@@ -21,6 +21,29 @@ pub fn ensure_private_dir(path: &Path) -> io::Result<()> {
 /// Replaces `path` atomically: write a temp file beside it, fsync, rename, fsync the folder.
 /// A crash at any instant leaves either the old or the new content.
 pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
+    replace(path, data, mode)?.sync()
+}
+
+/// A file replaced atomically whose new content every reader already sees, but which is
+/// not yet known to be on disk: a crash of any process loses nothing (the page cache has
+/// it); only a kernel crash or power loss before [`Unsynced::sync`] can.
+#[must_use = "sync it, or say why a kernel crash may lose it"]
+pub struct Unsynced {
+    file: File,
+    dir: PathBuf,
+}
+
+impl Unsynced {
+    /// Makes the replacement durable: the file, then the folder entry.
+    pub fn sync(self) -> io::Result<()> {
+        self.file.sync_all()?;
+        File::open(&self.dir)?.sync_all()
+    }
+}
+
+/// Replaces `path` atomically (temp file beside it, then rename) without waiting for the
+/// disk; see [`Unsynced`].
+pub fn replace(path: &Path, data: &[u8], mode: u32) -> io::Result<Unsynced> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut rnd = [0u8; 6];
     crate::os::proc::random_bytes(&mut rnd)?;
@@ -33,14 +56,19 @@ pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
             .mode(mode)
             .open(&tmp)?;
         f.write_all(data)?;
-        f.sync_all()?;
         fs::rename(&tmp, path)?;
-        File::open(dir)?.sync_all()
+        Ok(f)
     })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
+    match result {
+        Ok(file) => Ok(Unsynced {
+            file,
+            dir: dir.to_path_buf(),
+        }),
+        Err(e) => {
+            let _ = fs::remove_file(&tmp);
+            Err(e)
+        }
     }
-    result
 }
 
 #[cfg(test)]

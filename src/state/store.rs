@@ -10,7 +10,7 @@ use crate::model::error::{Error, Result};
 use crate::model::{JobId, JobRecord, Status};
 use crate::text::utf8::{leading_continuations, truncate, utf8_window};
 
-use super::fsutil::{ensure_private_dir, write_atomic};
+use super::fsutil::{Unsynced, ensure_private_dir, replace};
 use super::layout::*;
 
 /// One entry of a listing: a record, or a folder whose record cannot be read.
@@ -53,6 +53,8 @@ impl Store {
         })?;
         ensure_private_dir(&root)
             .map_err(|e| Error::io(format!("state root {}", root.display()), e))?;
+        ensure_private_dir(&root.join(RUNNING_DIR))
+            .map_err(|e| Error::io(format!("state root {}", root.display()), e))?;
         Ok(Store { root })
     }
 
@@ -93,8 +95,15 @@ impl Store {
 
     /// Writes a job's record atomically.
     pub fn write_record(&self, rec: &JobRecord) -> io::Result<()> {
+        self.replace_record(rec)?.sync()
+    }
+
+    /// Replaces a job's record atomically without waiting for the disk (see
+    /// [`Unsynced`]): for the records of a job's start, and for its final record before
+    /// its waiters are told (the sync follows).
+    pub fn replace_record(&self, rec: &JobRecord) -> io::Result<Unsynced> {
         let data = serde_json::to_vec_pretty(rec).map_err(io::Error::other)?;
-        write_atomic(&self.job_dir(&rec.id).join(RECORD), &data, 0o600)
+        replace(&self.job_dir(&rec.id).join(RECORD), &data, 0o600)
     }
 
     /// Reads a record as stored, without any liveness check.

@@ -78,13 +78,20 @@ impl Supervisor {
         let _ = fs::remove_file(self.store.running_marker(&self.id));
         // The reserve gives the final record room on a full disk; retry a few times.
         let _ = fs::remove_file(dir.join(RESERVE));
+        // In place first, then the waiters are told (they read it from the page cache),
+        // then it is made durable: the flush is off the caller's path, not skipped.
+        let mut unsynced = None;
         for attempt in 0..5 {
-            if self.store.write_record(rec).is_ok() {
+            if let Ok(u) = self.store.replace_record(rec) {
+                unsynced = Some(u);
                 break;
             }
             std::thread::sleep(Duration::from_millis(50 << attempt));
         }
         self.sink.set_events(None);
+        if let Some(u) = unsynced {
+            let _ = u.sync();
+        }
         // Removing a cgroup can take milliseconds: only after the record is out.
         if let Some(cg) = &self.cgroup {
             cg.remove_when_empty(Duration::from_millis(500));

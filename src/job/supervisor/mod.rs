@@ -6,12 +6,13 @@
 //! process the job left behind, and writes the final record. It holds the job's lock for
 //! its whole life: a lock anyone else can take means the supervisor is gone.
 
+use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -194,71 +195,93 @@ impl Supervisor {
             .truncate(true)
             .mode(0o600)
             .open(dir.join(RESERVE))
-            .and_then(|mut f| f.write_all(&[0u8; RESERVE_BYTES]));
+            .and_then(|mut f| {
+                // Blocks taken now (no data written); zeros where the filesystem cannot.
+                use nix::fcntl::{FallocateFlags, fallocate};
+                match fallocate(&f, FallocateFlags::empty(), 0, RESERVE_BYTES as i64) {
+                    Ok(()) => Ok(()),
+                    Err(_) => f.write_all(&[0u8; RESERVE_BYTES]),
+                }
+            });
 
-        let stdin = if spec.has_stdin {
+        let stdin: OwnedFd = if spec.has_stdin {
             // The launcher's memory file, on our own stdin until we detach.
-            let f = File::from(
-                io::stdin()
-                    .as_fd()
-                    .try_clone_to_owned()
-                    .map_err(|e| format!("stdin: {e}"))?,
-            );
-            Stdio::from(f)
+            io::stdin()
+                .as_fd()
+                .try_clone_to_owned()
+                .map_err(|e| format!("stdin: {e}"))?
         } else {
-            Stdio::null()
+            File::open("/dev/null")
+                .map_err(|e| format!("/dev/null: {e}"))?
+                .into()
         };
         let (reader, writer) = io::pipe().map_err(|e| format!("pipe: {e}"))?;
         // Non-blocking, so the last drain cannot hang on a writer outside the job's tree.
         crate::os::spawn::tune_pipe_reader(&reader).map_err(|e| format!("pipe: {e}"))?;
         let cgroup = JobCgroup::create(id.as_str());
-        let cg_procs = cgroup.as_ref().and_then(|c| {
+        let cg_dir = cgroup.as_ref().and_then(|c| {
             OpenOptions::new()
-                .write(true)
-                .custom_flags(libc::O_CLOEXEC)
-                .open(c.procs_file())
+                .read(true)
+                .custom_flags(libc::O_CLOEXEC | libc::O_DIRECTORY)
+                .open(c.path())
                 .ok()
         });
-        let cg_fd = cg_procs.as_ref().map(|f| f.as_raw_fd());
         let me = std::process::id() as i32;
 
-        let mut cmd = Command::new("/bin/sh");
-        cmd.arg("-c").arg(&spec.command).current_dir(&spec.cwd);
-        let creds = match &spec.user {
-            Some(u) => {
-                // A login's variables; the job's own env wins.
-                cmd.env("HOME", &u.home)
-                    .env("USER", &u.name)
-                    .env("LOGNAME", &u.name)
-                    .env("SHELL", &u.shell);
-                Some(crate::os::spawn::Credentials {
-                    uid: u.uid,
-                    gid: u.gid,
-                    groups: u.groups.clone(),
-                    cwd: std::ffi::CString::new(spec.cwd.as_str())
-                        .map_err(|_| "cwd holds a NUL byte".to_string())?,
-                })
+        // The environment: ours, a login's variables for a job user, the job's own (which
+        // win), the marker, the secrets.
+        let mut env: BTreeMap<std::ffi::OsString, std::ffi::OsString> =
+            std::env::vars_os().collect();
+        if let Some(u) = &spec.user {
+            for (k, v) in [
+                ("HOME", &u.home),
+                ("USER", &u.name),
+                ("LOGNAME", &u.name),
+                ("SHELL", &u.shell),
+            ] {
+                env.insert(k.into(), v.into());
             }
-            None => None,
-        };
-        cmd.envs(&spec.env)
-            .env(JOB_ENV_MARKER, id.as_str())
-            .stdin(stdin)
-            .stdout(writer.try_clone().map_err(|e| format!("pipe: {e}"))?)
-            .stderr(writer);
-        for s in &secrets {
-            cmd.env(&s.name, s.value.expose());
         }
-        crate::os::spawn::as_job(&mut cmd, me, cg_fd, creds);
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("could not run /bin/sh: {e}"))?;
-        drop(cmd); // closes our copies of the pipe's write end
-        drop(cg_procs);
-        let shell = child.id() as i32;
-        // The pid is reaped through waitpid below, not through `child`.
-        std::mem::forget(child);
-
+        for (k, v) in &spec.env {
+            env.insert(k.into(), v.into());
+        }
+        env.insert(JOB_ENV_MARKER.into(), id.as_str().into());
+        for s in &secrets {
+            env.insert((&s.name).into(), s.value.expose().into());
+        }
+        let c = |b: Vec<u8>, what: &str| {
+            std::ffi::CString::new(b).map_err(|_| format!("{what} holds a NUL byte"))
+        };
+        let envp = env
+            .into_iter()
+            .map(|(k, v)| {
+                let mut kv = k.into_vec();
+                kv.push(b'=');
+                kv.extend(v.into_vec());
+                c(kv, "the environment")
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let stdout: OwnedFd = writer.try_clone().map_err(|e| format!("pipe: {e}"))?.into();
+        let shell = crate::os::spawn::spawn_job(crate::os::spawn::JobStart {
+            argv: vec![
+                c(b"/bin/sh".to_vec(), "the shell")?,
+                c(b"-c".to_vec(), "the shell")?,
+                c(spec.command.clone().into_bytes(), "the command")?,
+            ],
+            envp,
+            cwd: c(spec.cwd.clone().into_bytes(), "cwd")?,
+            stdin,
+            stdout,
+            stderr: writer.into(),
+            cgroup: cg_dir.map(OwnedFd::from),
+            creds: spec.user.as_ref().map(|u| crate::os::spawn::Credentials {
+                uid: u.uid,
+                gid: u.gid,
+                groups: u.groups.clone(),
+            }),
+        })
+        .map_err(|e| e.to_string())?;
+        let _ = me;
         let mut rec = rec;
         rec.pid = Some(shell);
         rec.pgid = Some(shell);
@@ -268,7 +291,8 @@ impl Supervisor {
         rec.cgroup = cgroup
             .as_ref()
             .map(|c| c.path().to_string_lossy().into_owned());
-        if let Err(e) = store.write_record(&rec) {
+        // Not fsynced (see the launcher): the final record is.
+        if let Err(e) = store.replace_record(&rec) {
             // Without a record nobody could cancel or see the job: end it at once.
             let _ = nix::sys::signal::killpg(Pid::from_raw(shell), Signal::SIGKILL);
             if let Some(cg) = &cgroup {
