@@ -260,6 +260,14 @@ impl Child<'_> {
             let mut empty: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut empty);
             libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            // Every disposition back to its default: the Rust runtime ignores SIGPIPE (a
+            // job's `yes | head` must still end), and the CLI that may have forked us
+            // catches INT, TERM and HUP (exec keeps an ignored signal ignored).
+            for sig in 1..32 {
+                if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                    libc::signal(sig, libc::SIG_DFL);
+                }
+            }
             for (target, &fd) in self.fds.iter().enumerate() {
                 // dup2 onto itself would keep close-on-exec: clear it instead.
                 let r = if fd == target as RawFd {
