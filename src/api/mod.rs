@@ -107,6 +107,9 @@ fn start_housekeeping(store: Store, keep_jobs: usize, keep_for: Duration) {
 
 /// Runs the server until SIGTERM/SIGINT.
 pub fn serve_main(args: ServeArgs) -> Result<i32> {
+    // First, while this process has one thread: supervisors are then forks of a small
+    // process instead of an exec of this binary each.
+    crate::job::launch::use_fork_server()?;
     let cfg = args.limits.config();
     if args.max_connections == 0 {
         return Err(Error::Invalid(

@@ -132,12 +132,12 @@ pub fn events_out() -> Option<File> {
 /// The launcher's side of the change channel for a job it started: readable when output
 /// was stored, at EOF once the final record is written.
 pub struct JobEvents {
-    pipe: Option<std::process::ChildStdout>,
+    pipe: Option<File>,
 }
 
 impl JobEvents {
     /// A channel on the supervisor's stdout (none: callers fall back to reading records).
-    pub fn new(pipe: Option<std::process::ChildStdout>) -> JobEvents {
+    pub fn new(pipe: Option<File>) -> JobEvents {
         JobEvents { pipe }
     }
 

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -393,45 +393,87 @@ pub fn staging_dir(store: &Store, id: &JobId) -> std::path::PathBuf {
     store.jobs_dir().join(format!(".new-{id}"))
 }
 
+/// The fork server `serve` starts before its first thread (see [`use_fork_server`]).
+static FORK_SERVER: std::sync::OnceLock<crate::os::forkserver::ForkServer> =
+    std::sync::OnceLock::new();
+
+/// Starts the fork server that this process's job starts then use. Call it while the
+/// process is still single-threaded (`serve` does, first thing).
+pub fn use_fork_server() -> Result<()> {
+    let fs = crate::os::forkserver::ForkServer::start(super::supervisor::main)
+        .map_err(|e| Error::io("starting the fork server", e))?;
+    let _ = FORK_SERVER.set(fs);
+    Ok(())
+}
+
+/// Starts the job's supervisor: through the fork server, as a fork of this process when
+/// it is single-threaded (the CLI), else by exec'ing this binary (`supervise`). Returns
+/// the supervisor's channel, once it answered.
 fn spawn_supervisor(
     store: &Store,
     id: &JobId,
     lock: &fs::File,
     stdin: Option<fs::File>,
 ) -> Result<JobEvents> {
-    let lock_fd = lock.as_raw_fd();
-    let mut cmd = Command::new("/proc/self/exe");
-    cmd.arg("supervise")
-        .arg("--root")
-        .arg(store.root())
-        .arg(id.as_str())
-        .stdin(stdin.map_or_else(Stdio::null, Stdio::from))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    crate::os::spawn::as_supervisor(&mut cmd, lock_fd, LOCK_FD);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| Error::io("starting the job's supervisor", e))?;
-    let mut out = child.stdout.take();
-    let ready = match &mut out {
-        // Bounded: a job that stops its supervisor before it answers must not hang the
-        // caller; meanwhile whoever stopped it is undone.
-        Some(o) => Ready::receive_within(
-            o,
-            Instant::now() + crate::job::handshake::READY_WAIT,
-            &mut |pid| {
-                if let Some(pid) = pid
-                    && let Some(st) = crate::os::proc::stat(pid)
-                {
-                    crate::os::proc::continue_if_stopped(pid, st.start);
-                }
-            },
-        ),
-        None => Ready::Err("no channel to the supervisor".into()),
+    use std::os::fd::AsFd;
+    let failed = |e| Error::io("starting the job's supervisor", e);
+    let stdin_fd = stdin.as_ref().map(|f| f.as_fd());
+    // A fork server that is gone (killed) leaves the exec path.
+    let served = FORK_SERVER.get().and_then(|s| {
+        s.launch(store.root(), id.as_str(), lock.as_fd(), stdin_fd)
+            .ok()
+    });
+    let (mut out, first): (fs::File, Option<i32>) = if let Some(r) = served {
+        (r, None)
+    } else if crate::os::proc::threads(std::process::id() as i32) == 1 {
+        let (pid, r) = crate::os::forkserver::fork_entry(
+            super::supervisor::main,
+            store.root(),
+            id.as_str(),
+            lock.as_fd(),
+            stdin_fd,
+        )
+        .map_err(failed)?;
+        (r, Some(pid))
+    } else {
+        let mut cmd = Command::new("/proc/self/exe");
+        cmd.arg("supervise")
+            .arg("--root")
+            .arg(store.root())
+            .arg(id.as_str())
+            .stdin(stdin.map_or_else(Stdio::null, Stdio::from))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        crate::os::spawn::as_supervisor(&mut cmd, lock.as_raw_fd(), LOCK_FD);
+        let mut child = cmd.spawn().map_err(failed)?;
+        let out = child.stdout.take().map(OwnedFd::from).map(fs::File::from);
+        let pid = child.id() as i32;
+        // Reaped below by pid, not through `child`.
+        std::mem::forget(child);
+        (
+            out.ok_or_else(|| Error::Internal("no channel to the supervisor".into()))?,
+            Some(pid),
+        )
     };
+    // Bounded: a job that stops its supervisor before it answers must not hang the
+    // caller; meanwhile whoever stopped it is undone.
+    let ready = Ready::receive_within(
+        &mut out,
+        Instant::now() + crate::job::handshake::READY_WAIT,
+        &mut |pid| {
+            if let Some(pid) = pid
+                && let Some(st) = crate::os::proc::stat(pid)
+            {
+                crate::os::proc::continue_if_stopped(pid, st.start);
+            }
+        },
+    );
     // The first process exits right after forking the real supervisor; if a PID-1 reaper
     // got to it first, the status is simply gone, which is fine.
-    let _ = child.wait();
+    if let Some(pid) = first {
+        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+    }
+    let out = Some(out);
     let msg = match ready {
         Ready::Ok => return Ok(JobEvents::new(out)),
         Ready::Err(m) => m,

@@ -1,0 +1,246 @@
+//! Starting a supervisor without an exec: a fork of a small single-threaded process.
+//!
+//! Exec'ing the agent's binary for every job costs a process image (~0.5 ms). A caller
+//! that is single-threaded (the CLI) forks the entry directly; `serve`, whose threads make
+//! a plain fork unsafe, starts a fork server before its first thread (as Python's
+//! `forkserver` and Android's zygote do) and asks it over a socket, passing the job's
+//! lock and stdin as fds. Either way the entry runs with the same fds as an exec'd
+//! `supervise` would: the lock on [`LOCK`], stdin on 0, a pipe back to the caller on 1,
+//! `/dev/null` on 2.
+
+use std::fs::File;
+use std::io::{self, IoSlice, IoSliceMut};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use nix::sys::socket::{
+    AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType, recvmsg,
+    sendmsg, socketpair,
+};
+
+/// What runs in the new process: `main(root, id)`'s exit status ends it.
+pub type Entry = fn(&Path, &str) -> i32;
+
+/// The fd the lock is placed on (the supervisor's contract).
+pub const LOCK: RawFd = 3;
+
+/// Runs `entry(root, id)` in a fork of this process, which must be single-threaded.
+/// Returns the new process's pid (to be waited for: it exits once the entry detaches) and
+/// the read end of its stdout.
+pub fn fork_entry(
+    entry: Entry,
+    root: &Path,
+    id: &str,
+    lock: BorrowedFd<'_>,
+    stdin: Option<BorrowedFd<'_>>,
+) -> io::Result<(i32, File)> {
+    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let null = File::options().read(true).write(true).open("/dev/null")?;
+    let srcs = [
+        stdin.map_or(null.as_raw_fd(), |s| s.as_raw_fd()),
+        w.as_raw_fd(),
+        null.as_raw_fd(),
+        lock.as_raw_fd(),
+    ];
+    // Nothing buffered may be written twice, by the child too.
+    let _ = io::Write::flush(&mut io::stdout());
+    // SAFETY: the caller is single-threaded (checked by the callers: the CLI, or the fork
+    // server's own loop), so the child may run ordinary Rust code; it ends in _exit.
+    match unsafe { libc::fork() } {
+        -1 => Err(io::Error::last_os_error()),
+        0 => unsafe {
+            // SAFETY (the whole block): fd juggling on fds we own in this new process,
+            // then the entry; never returns.
+            let mut high = [0; 4];
+            for (i, &s) in srcs.iter().enumerate() {
+                // Copies above every target first, so that no source is clobbered.
+                high[i] = libc::fcntl(s, libc::F_DUPFD, 10);
+            }
+            for (target, &h) in [0, 1, 2, LOCK].iter().zip(high.iter()) {
+                if h < 0 || libc::dup2(h, *target) < 0 {
+                    libc::_exit(1);
+                }
+            }
+            // Its own session: a terminal's Ctrl-C or hangup never reaches it.
+            libc::setsid();
+            // Named for `ps` and `top` (the command line stays the parent's).
+            libc::prctl(libc::PR_SET_NAME, c"gitterm-superv".as_ptr(), 0, 0, 0);
+            let code = entry(root, id);
+            libc::_exit(code)
+        },
+        pid => {
+            drop(w);
+            Ok((pid, File::from(r)))
+        }
+    }
+}
+
+/// A fork server: a process forked while its parent was single-threaded, forking entries
+/// on request.
+pub struct ForkServer {
+    sock: Mutex<OwnedFd>,
+}
+
+/// The reply that carries the pipe (an error is its message instead).
+const OK: &[u8] = b"k";
+
+/// The largest request: a state root path and a job id.
+const MAX_REQUEST: usize = 8192;
+
+impl ForkServer {
+    /// Starts the server. Call it before this process starts any thread; the server dies
+    /// with its parent.
+    pub fn start(entry: Entry) -> io::Result<ForkServer> {
+        let (ours, theirs) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )?;
+        let parent = std::process::id() as i32;
+        // SAFETY: single-threaded by the caller's promise; the child runs `serve` and
+        // ends in _exit.
+        match unsafe { libc::fork() } {
+            -1 => Err(io::Error::last_os_error()),
+            0 => {
+                drop(ours);
+                // SAFETY: plain syscalls on this new process.
+                unsafe {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+                    if libc::getppid() != parent {
+                        libc::_exit(0);
+                    }
+                    // Out of the terminal's reach: a Ctrl-C meant for `serve` (which
+                    // leaves jobs running) must not end the server that starts them.
+                    libc::setsid();
+                    libc::prctl(libc::PR_SET_NAME, c"gitterm-forks".as_ptr(), 0, 0, 0);
+                }
+                serve(entry, theirs);
+                // SAFETY: ends the server process without running the parent's atexit.
+                unsafe { libc::_exit(0) }
+            }
+            _ => {
+                drop(theirs);
+                Ok(ForkServer {
+                    sock: Mutex::new(ours),
+                })
+            }
+        }
+    }
+
+    /// Runs the entry for `id` in a new process, as [`fork_entry`] does; returns the read
+    /// end of its stdout (the server waits for the process itself).
+    pub fn launch(
+        &self,
+        root: &Path,
+        id: &str,
+        lock: BorrowedFd<'_>,
+        stdin: Option<BorrowedFd<'_>>,
+    ) -> io::Result<File> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut req = root.as_os_str().as_bytes().to_vec();
+        req.push(0);
+        req.extend_from_slice(id.as_bytes());
+        if req.len() > MAX_REQUEST {
+            return Err(io::Error::other("state root path too long"));
+        }
+        let mut fds = vec![lock.as_raw_fd()];
+        fds.extend(stdin.map(|s| s.as_raw_fd()));
+        let sock = self.sock.lock().unwrap_or_else(|p| p.into_inner());
+        sendmsg::<()>(
+            sock.as_raw_fd(),
+            &[IoSlice::new(&req)],
+            &[ControlMessage::ScmRights(&fds)],
+            MsgFlags::empty(),
+            None,
+        )?;
+        let (data, got) = receive(sock.as_fd(), 1)?;
+        match got.into_iter().next() {
+            Some(f) if data == OK => Ok(File::from(f)),
+            _ if data.is_empty() => Err(io::Error::other("the fork server has stopped")),
+            _ => Err(io::Error::other(
+                String::from_utf8_lossy(&data).into_owned(),
+            )),
+        }
+    }
+}
+
+/// One message and the fds it carried (at most `max_fds`; more are closed).
+fn receive(sock: BorrowedFd<'_>, max_fds: usize) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
+    let mut buf = vec![0u8; MAX_REQUEST];
+    let mut cmsg = nix::cmsg_space!([RawFd; 4]);
+    let mut iov = [IoSliceMut::new(&mut buf)];
+    let msg = recvmsg::<()>(
+        sock.as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsg),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )?;
+    let n = msg.bytes;
+    let mut fds = Vec::new();
+    for c in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(raw) = c {
+            for fd in raw {
+                // SAFETY: the kernel just installed these fds for us.
+                let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+                if fds.len() < max_fds {
+                    fds.push(owned);
+                }
+            }
+        }
+    }
+    buf.truncate(n);
+    Ok((buf, fds))
+}
+
+/// The server's loop: one request at a time until the socket closes.
+fn serve(entry: Entry, sock: OwnedFd) {
+    loop {
+        // Entries exit right after they detach: reap them.
+        while nix::sys::wait::waitpid(None, Some(nix::sys::wait::WaitPidFlag::WNOHANG))
+            .is_ok_and(|s| s != nix::sys::wait::WaitStatus::StillAlive)
+        {}
+        let Ok((req, fds)) = receive(sock.as_fd(), 2) else {
+            return;
+        };
+        if req.is_empty() && fds.is_empty() {
+            return; // the parent is gone
+        }
+        let reply = (|| {
+            let sep = req
+                .iter()
+                .position(|&b| b == 0)
+                .ok_or("malformed request")?;
+            use std::os::unix::ffi::OsStrExt;
+            let root = PathBuf::from(std::ffi::OsStr::from_bytes(&req[..sep]));
+            let id = std::str::from_utf8(&req[sep + 1..]).map_err(|_| "malformed id")?;
+            let lock = fds.first().ok_or("no lock passed")?;
+            fork_entry(
+                entry,
+                &root,
+                id,
+                lock.as_fd(),
+                fds.get(1).map(|f| f.as_fd()),
+            )
+            .map(|(_, r)| r)
+            .map_err(|_| "fork failed")
+        })();
+        let _ = match reply {
+            Ok(r) => sendmsg::<()>(
+                sock.as_raw_fd(),
+                &[IoSlice::new(OK)],
+                &[ControlMessage::ScmRights(&[r.as_raw_fd()])],
+                MsgFlags::empty(),
+                None,
+            ),
+            Err(e) => sendmsg::<()>(
+                sock.as_raw_fd(),
+                &[IoSlice::new(e.as_bytes())],
+                &[],
+                MsgFlags::empty(),
+                None,
+            ),
+        };
+    }
+}
