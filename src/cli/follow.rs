@@ -73,18 +73,37 @@ pub fn watch(
 }
 
 /// Prints the output from `*off` to its current end and moves `*off` past it; false when
-/// stdout is closed (e.g. `| head`).
+/// stdout is closed (e.g. `| head`). The stored output is whole UTF-8, written a chunk at
+/// a time, so it is copied as it is, in large blocks, at disk speed.
 fn print_from(store: &Store, id: &JobId, off: &mut u64) -> Result<bool> {
+    use std::io::{Read, Seek, SeekFrom};
+    let path = store.job_dir(id).join(crate::state::layout::OUTPUT);
+    let mut f = match std::fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(true),
+        Err(e) => return Err(crate::model::error::Error::io("output.log", e)),
+    };
+    let io = |e| crate::model::error::Error::io("output.log", e);
+    f.seek(SeekFrom::Start(*off)).map_err(io)?;
     let mut stdout = std::io::stdout().lock();
+    let mut buf = vec![0u8; 1 << 20];
+    // An offset given in the middle of a character starts at the next one.
+    let mut first = *off > 0;
     loop {
-        let page = store.read_page(id, *off, crate::state::layout::MAX_PAGE)?;
-        if !page.data.is_empty() && stdout.write_all(page.data.as_bytes()).is_err() {
-            return Ok(false);
-        }
-        *off = page.next_offset;
-        if page.eof {
+        let n = f.read(&mut buf).map_err(io)?;
+        if n == 0 {
             return Ok(stdout.flush().is_ok());
         }
+        let skip = if first {
+            crate::text::utf8::leading_continuations(&buf[..n])
+        } else {
+            0
+        };
+        first = false;
+        if stdout.write_all(&buf[skip..n]).is_err() {
+            return Ok(false);
+        }
+        *off += n as u64;
     }
 }
 
