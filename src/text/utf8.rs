@@ -1,10 +1,32 @@
-//! Cutting stored text on character boundaries.
+//! UTF-8 byte classes, and cutting stored text on character boundaries.
+
+/// A UTF-8 continuation byte (`10xxxxxx`).
+pub(crate) fn is_continuation(b: u8) -> bool {
+    b & 0xC0 == 0x80
+}
+
+/// For a UTF-8 lead byte: how many continuation bytes follow and the range allowed for the
+/// first of them (the rest are `0x80..=0xBF`). These ranges exclude overlong forms,
+/// surrogates and values past U+10FFFF, which makes the invalid subparts the same as
+/// `String::from_utf8_lossy`'s.
+pub(crate) fn utf8_lead(b: u8) -> Option<(usize, u8, u8)> {
+    Some(match b {
+        0xC2..=0xDF => (1, 0x80, 0xBF),
+        0xE0 => (2, 0xA0, 0xBF),
+        0xE1..=0xEC | 0xEE | 0xEF => (2, 0x80, 0xBF),
+        0xED => (2, 0x80, 0x9F),
+        0xF0 => (3, 0x90, 0xBF),
+        0xF1..=0xF3 => (3, 0x80, 0xBF),
+        0xF4 => (3, 0x80, 0x8F),
+        _ => return None,
+    })
+}
 
 /// How many bytes at the start of `buf` continue a character begun before it (at most 3).
 pub fn leading_continuations(buf: &[u8]) -> usize {
     buf.iter()
         .take(3)
-        .take_while(|&&b| b & 0xC0 == 0x80)
+        .take_while(|&&b| is_continuation(b))
         .count()
 }
 
@@ -18,12 +40,12 @@ pub fn utf8_window(buf: &[u8], limit: usize) -> (usize, usize) {
         return (skip, buf.len());
     }
     let mut end = limit;
-    while end > 0 && body[end] & 0xC0 == 0x80 {
+    while end > 0 && is_continuation(body[end]) {
         end -= 1;
     }
     if end == 0 {
         end = 1;
-        while end < body.len() && body[end] & 0xC0 == 0x80 {
+        while end < body.len() && is_continuation(body[end]) {
             end += 1;
         }
     }
