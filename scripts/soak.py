@@ -30,6 +30,8 @@ import http.client
 
 failures = []
 lock = threading.Lock()
+# Tampering attempts by kind, all of which the agent must have survived.
+tampering = {}
 
 
 def fail(msg):
@@ -128,6 +130,44 @@ def run_one(cl, kind, i, secrets_seen):
             "command": "setsid sleep 300 & (setsid sh -c 'sleep 300' &); sleep 300 & echo started", "waitSeconds": 60})
         ok = r.get("status") == "succeeded" and r.get("output") == "started\n"
         want = "succeeded"
+    elif kind == "stop-supervisor":
+        # Tampering (possible when jobs run as the agent's user): stop the supervisor,
+        # then outlive the timeout. The agent must continue it and end the job on time.
+        t = time.time()
+        st, r = cl.call("POST", "/v1/jobs", {
+            "command": "kill -STOP $PPID; sleep 10", "timeoutSeconds": 1, "waitSeconds": 60})
+        ok = r.get("status") == "timed_out" and time.time() - t < 8
+        want = "timed_out"
+        with lock:
+            tampering[kind] = tampering.get(kind, 0) + 1
+    elif kind == "kill-supervisor":
+        # Tampering: hold the job's lock and kill the supervisor. Readers must not block,
+        # and the job must end up lost, its processes swept.
+        st, r = cl.call("POST", "/v1/jobs", {
+            "command": "L=$GITTERM_HOME/jobs/$GITTERM_JOB_ID/lock; "
+                       "(setsid sh -c 'sleep 0.3; exec flock -n \"$0\" sleep 3' \"$L\" &); "
+                       "sleep 0.1; kill -9 $PPID; sleep 5",
+            "waitSeconds": 60})
+        jid = r.get("id", "")
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            st, r = cl.call("GET", f"/v1/jobs/{jid}")
+            if r.get("status") == "lost":
+                break
+            time.sleep(0.2)
+        ok = r.get("status") == "lost"
+        want = "lost"
+        with lock:
+            tampering[kind] = tampering.get(kind, 0) + 1
+    elif kind == "forge-marker":
+        st, r = cl.call("POST", "/v1/jobs", {
+            "command": "true", "env": {"GITTERM_JOB_ID": "job_00000000000000000000"}})
+        ok = st == 400 and r.get("error", {}).get("code") == "invalid"
+        with lock:
+            tampering[kind] = tampering.get(kind, 0) + 1
+        if not ok:
+            fail(f"{kind} #{i}: {st} {json.dumps(r)[:300]}")
+        return None, None
     elif kind == "preview":
         port = free_port()
         st, r = cl.call("POST", "/v1/previews", {
@@ -198,7 +238,8 @@ def main():
         token = open(os.path.join(root, "agent.token")).read().strip()
         cl = Client(port, token)
         kinds = (["quick"] * 40 + ["fail"] * 10 + ["flood"] * 3 + ["secret"] * 20 + ["timeout"] * 5 +
-                 ["idle"] * 5 + ["cancel"] * 10 + ["escape"] * 5 + ["preview"] * 2)
+                 ["idle"] * 5 + ["cancel"] * 10 + ["escape"] * 5 + ["preview"] * 2 +
+                 ["stop-supervisor"] * 2 + ["kill-supervisor"] * 2 + ["forge-marker"] * 2)
         plan = [kinds[i % len(kinds)] for i in range(a.jobs)]
         random.Random(7).shuffle(plan)
         # Warm up at full concurrency (thread stacks, allocator arenas), then measure: growth
@@ -255,6 +296,8 @@ def main():
         print(f"soak: {len(ids)} jobs in {elapsed:.1f} s = {len(ids) / elapsed:.1f} jobs/s at concurrency {a.concurrency}")
         print(f"soak: secrets checked {len(secrets_seen)}, leaked {leaked}; job processes alive {len(alive)}")
         print(f"soak: server fds {base_fds} -> {end_fds}, RSS {base_rss} -> {end_rss} KiB")
+        print("soak: tampering attempts survived: " +
+              (", ".join(f"{k} {v}" for k, v in sorted(tampering.items())) or "none"))
     finally:
         srv.send_signal(signal.SIGTERM)
         try:
