@@ -43,23 +43,74 @@ B64_CMD = "head -c {n} /dev/urandom | base64"
 PLAIN_CMD = "yes 'some plain log line with words 0123456789' | head -c {n}"
 
 SPAWN_C = r"""
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 extern char **environ;
-/* N times: posix_spawn("/bin/sh -c true") and wait for it; prints each time in ns. */
+static char *args[] = {"/bin/sh", "-c", "true", NULL};
+
+/* One `/bin/sh -c true`, waited. MODE spawn: posix_spawn. In a fresh cgroup under DIR
+   (made and removed each time, as a job's is): cgmove: fork, the child writes "0" to the
+   cgroup's cgroup.procs, then execs; clone3: clone3(CLONE_INTO_CGROUP), then exec. */
+static int once(const char *mode, const char *dir, int i) {
+    pid_t pid;
+    int st;
+    char cg[4096];
+    if (strcmp(mode, "spawn") == 0) {
+        if (posix_spawn(&pid, "/bin/sh", NULL, NULL, args, environ) != 0) return -1;
+    } else {
+        snprintf(cg, sizeof cg, "%s/j%d", dir, i);
+        if (mkdir(cg, 0755) != 0) return -1;
+        if (strcmp(mode, "cgmove") == 0) {
+            pid = fork();
+            if (pid == 0) {
+                char procs[4200];
+                snprintf(procs, sizeof procs, "%s/cgroup.procs", cg);
+                int fd = open(procs, O_WRONLY | O_CLOEXEC);
+                if (fd < 0 || write(fd, "0", 1) != 1) _exit(126);
+                execve("/bin/sh", args, environ);
+                _exit(127);
+            }
+        } else {
+            int cfd = open(cg, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+            if (cfd < 0) return -1;
+            struct clone_args ca;
+            memset(&ca, 0, sizeof ca);
+            ca.flags = CLONE_INTO_CGROUP;
+            ca.exit_signal = SIGCHLD;
+            ca.cgroup = (unsigned long long)cfd;
+            pid = syscall(SYS_clone3, &ca, sizeof ca);
+            if (pid == 0) {
+                execve("/bin/sh", args, environ);
+                _exit(127);
+            }
+            close(cfd);
+        }
+        if (pid < 0) return -1;
+    }
+    if (waitpid(pid, &st, 0) != pid || st != 0) return -1;
+    if (strcmp(mode, "spawn") != 0 && rmdir(cg) != 0) return -1;
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    int n = argc > 1 ? atoi(argv[1]) : 100;
-    char *args[] = {"/bin/sh", "-c", "true", NULL};
+    const char *mode = argc > 1 ? argv[1] : "spawn";
+    int n = argc > 2 ? atoi(argv[2]) : 100;
+    const char *dir = argc > 3 ? argv[3] : ".";
     for (int i = 0; i < n; i++) {
         struct timespec a, b;
-        pid_t pid;
-        int st;
         clock_gettime(CLOCK_MONOTONIC, &a);
-        if (posix_spawn(&pid, "/bin/sh", NULL, NULL, args, environ) != 0) return 1;
-        if (waitpid(pid, &st, 0) != pid || st != 0) return 1;
+        if (once(mode, dir, i) != 0) return 1;
         clock_gettime(CLOCK_MONOTONIC, &b);
         printf("%lld\n", (long long)(b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec));
     }
@@ -268,9 +319,60 @@ def build_spawn_floor(top):
     return exe if r.returncode == 0 else None
 
 
-def c_spawn(exe, n):
-    out = subprocess.run([exe, str(n)], capture_output=True, text=True, check=True).stdout
+def c_spawn(exe, n, mode="spawn", folder="."):
+    out = subprocess.run([exe, mode, str(n), folder], capture_output=True, text=True, check=True).stdout
     return [int(x) / 1e6 for x in out.split()]
+
+
+def cgroup_probe_dir():
+    """A fresh folder in this process's own cgroup v2 folder, where the C program can make
+    a cgroup per spawn as a job's is made; None where cgroup v2 is not writable."""
+    mount = None
+    with open("/proc/mounts") as f:
+        for line in f:
+            parts = line.split()
+            if parts[2] == "cgroup2":
+                mount = parts[1]
+                break
+    own = None
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            if line.startswith("0::"):
+                own = line[3:].strip()
+    if not mount or own is None:
+        return None
+    d = os.path.join(mount + own.rstrip("/"), f"gitterm-bench-{os.getpid()}")
+    try:
+        os.mkdir(d)
+    except OSError:
+        return None
+    return d
+
+
+def cgroup_refs(spawn_c, n):
+    """Spawn into a fresh cgroup: moved in by a cgroup.procs write (as the supervisor does
+    today) and born in it (clone3 CLONE_INTO_CGROUP). References, not floors."""
+    d = cgroup_probe_dir()
+    if d is None or not spawn_c:
+        return {}
+    out = {}
+    try:
+        for mode, key in (("cgmove", "cgroupMoveMs"), ("clone3", "cgroupClone3Ms")):
+            try:
+                out[key] = c_spawn(spawn_c, n, mode, d)
+            except subprocess.CalledProcessError:
+                pass
+    finally:
+        for sub in glob.glob(os.path.join(d, "j*")):
+            try:
+                os.rmdir(sub)
+            except OSError:
+                pass
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass
+    return out
 
 
 def py_spawn(n):
@@ -280,6 +382,25 @@ def py_spawn(n):
         pid = os.posix_spawn("/bin/sh", ["/bin/sh", "-c", "true"], os.environ)
         os.waitpid(pid, 0)
         ts.append((time.perf_counter_ns() - t) / 1e6)
+    return ts
+
+
+def fsync_probe(folder, n):
+    """A small file written and fsynced, and its folder fsynced: what one durable record
+    write costs on this disk right now (not a floor, a reference)."""
+    ts = []
+    path = os.path.join(folder, "fsync-probe")
+    for _ in range(n):
+        t = time.perf_counter_ns()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.write(fd, b"x" * 600)
+        os.fsync(fd)
+        os.close(fd)
+        dfd = os.open(folder, os.O_RDONLY)
+        os.fsync(dfd)
+        os.close(dfd)
+        ts.append((time.perf_counter_ns() - t) / 1e6)
+    os.remove(path)
     return ts
 
 
@@ -587,7 +708,7 @@ def bench_spawn(cfg, exe, ours, spawn_c, res):
     conn = ours.conn()
     body = {"command": "true", "waitSeconds": 30}
     ok = lambda p: json.loads(p)["status"] == "succeeded"  # noqa: E731
-    api, cli, floor_c, floor_py, floor_sub, opens = [], [], [], [], [], 0
+    api, cli, floor_c, floor_py, floor_sub, fsyncs, cg, opens = [], [], [], [], [], [], {}, 0
     time_calls(conn, "POST", "/v1/jobs", body, 0, warm=10)
     run_timed([exe, "exec", "--", "true"], env, 5)
     per = max(1, cfg.calls // cfg.rounds)
@@ -600,8 +721,11 @@ def bench_spawn(cfg, exe, ours, spawn_c, res):
         opens += o
         floor_sub += run_timed(["/bin/sh", "-c", "true"], env, per)
         cli += run_timed([exe, "exec", "--", "true"], env, per)
+        fsyncs += fsync_probe(cfg.top, 10)
+        for k, v in cgroup_refs(spawn_c, max(5, per // 4)).items():
+            cg.setdefault(k, []).extend(v)
     conn.close()
-    res["floor"] = {"cSpawnMs": floor_c, "pySpawnMs": floor_py, "pySubprocessMs": floor_sub}
+    res["floor"] = {"cSpawnMs": floor_c, "pySpawnMs": floor_py, "pySubprocessMs": floor_sub, "fsyncMs": fsyncs, **cg}
     res["api"] = {"trueMs": api, "connectionsOpened": opens}
     res["cli"] = {"trueMs": cli}
     shutil.rmtree(cli_home, ignore_errors=True)
@@ -905,6 +1029,13 @@ def notes(res, cfg, peers):
                    f"python subprocess.run p50 {fmt_ms(med(fl['pySubprocessMs']))} (the CLI is timed the same way)")
     else:
         out.append("floor: no C compiler, python os.posix_spawn used (it adds its own overhead)")
+    out.append(f"disk: a small file written, fsynced, and its folder fsynced: p50 {fmt_ms(med(fl['fsyncMs']))}, "
+               f"p95 {fmt_ms(pct(fl['fsyncMs'], 0.95))} (a job's durable record writes pay this several times)")
+    if fl.get("cgroupMoveMs") or fl.get("cgroupClone3Ms"):
+        mv, cl = fl.get("cgroupMoveMs"), fl.get("cgroupClone3Ms")
+        out.append("C sh -c true in a fresh cgroup (mkdir, spawn, wait, rmdir): moved in by a cgroup.procs write p50 "
+                   f"{fmt_ms(med(mv)) if mv else 'n/a'}; born in it by clone3(CLONE_INTO_CGROUP) p50 "
+                   f"{fmt_ms(med(cl)) if cl else 'n/a'}")
     out.append(f"ours: {len(res['api']['trueMs'])} API calls over {1 + res['api']['connectionsOpened']} connection(s); "
                f"capture read back by {res['apiCapture']['read']}; file capture with "
                f"{res['fileCapture']['secrets']} secrets, colour text: {res['fileCapture']['colourSource']}; "
