@@ -969,17 +969,17 @@ def report(res, peers):
         return vals
 
     def fastest(key, f):
-        xs = [f(r[key]) for r in res.get("peers", {}).values() if key in r and "error" not in r]
-        return min(xs) if xs else None
+        xs = [(f(r[key]), name) for name, r in res.get("peers", {}).items() if key in r and "error" not in r]
+        return min(xs) if xs else (None, None)
 
     a50, a95 = med(api), pct(api, 0.95)
     rows.append(["POST /v1/jobs true, p50", fmt_ms(a50), f"{fmt_ms(c50)} {floor_name}", f"{a50 / c50:.2f}x",
                  "<= 1.6x floor", verdict(a50 / c50, 1.6), *peer_vals("trueMs", lambda x: fmt_ms(med(x)))])
     rows.append(["POST /v1/jobs true, p95", fmt_ms(a95), f"{fmt_ms(c95)} {floor_name}", f"{a95 / c95:.2f}x", "", "",
                  *peer_vals("trueMs", lambda x: fmt_ms(pct(x, 0.95)))])
-    fp = fastest("trueMs", med)
+    fp, fpn = fastest("trueMs", med)
     if fp:
-        rows.append(["  p50 vs fastest peer", "", fmt_ms(fp), f"{a50 / fp:.2f}x", "< 1.0x peer",
+        rows.append(["  p50 vs fastest peer", "", f"{fmt_ms(fp)} {fpn}", f"{a50 / fp:.2f}x", "< 1.0x peer",
                      verdict(a50 / fp, 1.0, strict=True)] + [""] * len(peers))
     x50 = med(cli)
     rows.append(["exec -- true (CLI), p50", fmt_ms(x50), f"{fmt_ms(c50)} {floor_name}", f"{x50 / c50:.2f}x",
@@ -987,8 +987,8 @@ def report(res, peers):
     cap = res["apiCapture"]
     mb = cap["bytes"] / 1e6
     k50 = med(cap["ms"])
-    fpc = fastest("captureMs", med)
-    rows.append([f"capture {mb:.0f} MB via API, call+read", fmt_ms(k50), f"{fmt_ms(fpc)} fastest peer" if fpc else "-",
+    fpc, fpcn = fastest("captureMs", med)
+    rows.append([f"capture {mb:.0f} MB via API, call+read", fmt_ms(k50), f"{fmt_ms(fpc)} {fpcn}" if fpc else "-",
                  f"{k50 / fpc:.2f}x" if fpc else "-", "<= 0.5x peer", verdict(k50 / fpc, 0.5) if fpc else "-",
                  *peer_vals("captureMs", lambda x: fmt_ms(med(x)))])
     fc = res["fileCapture"]
@@ -1055,7 +1055,10 @@ def notes(res, cfg, peers):
             out.append(f"{p}: skipped: {r['error']}")
             continue
         conns = r.get("connectionsOpened", 0)
-        how = "one kept-alive connection" if conns == 0 else f"{conns} connections for {len(r.get('trueMs', []))} calls"
+        calls = len(r.get("trueMs", []))
+        how = ("one kept-alive connection" if conns == 0 else
+               f"{conns} connections for {calls} calls: it closes each after answering (HTTP/1.0)" if conns >= calls
+               else f"{conns} connections for {calls} calls")
         extra = f"; capture: {r['captureNote']}" if "captureNote" in r else ""
         out.append(f"{p}: {r.get('command')} ({how}{extra})")
     return "\n".join(out)
