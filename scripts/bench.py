@@ -1025,7 +1025,8 @@ def notes(res, cfg, peers):
     out = []
     if fl["cSpawnMs"]:
         out.append(f"floors ({len(fl['cSpawnMs'])} each): C posix_spawn+wait p50 {fmt_ms(med(fl['cSpawnMs']))} "
-                   f"p95 {fmt_ms(pct(fl['cSpawnMs'], 0.95))}; python os.posix_spawn p50 {fmt_ms(med(fl['pySpawnMs']))}; "
+                   f"p95 {fmt_ms(pct(fl['cSpawnMs'], 0.95))}; "
+                   f"python os.posix_spawn p50 {fmt_ms(med(fl['pySpawnMs']))}; "
                    f"python subprocess.run p50 {fmt_ms(med(fl['pySubprocessMs']))} (the CLI is timed the same way)")
     else:
         out.append("floor: no C compiler, python os.posix_spawn used (it adds its own overhead)")
