@@ -8,7 +8,6 @@
 //! header), then the scoped token's limits apply (403 `forbidden`), then the query string
 //! is parsed. Only then is the body read and the route's handler called.
 
-use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -257,7 +256,7 @@ impl Handler for App {
         {
             line["error"] = code.clone();
         }
-        let _ = writeln!(std::io::stderr().lock(), "{line}");
+        super::log(line);
     }
 }
 

@@ -225,7 +225,11 @@ fn within_fd_limit(want: usize) -> usize {
 
 /// Writes one JSON line to stderr; a closed stderr is no reason to fail.
 fn log(v: serde_json::Value) {
-    let _ = writeln!(std::io::stderr().lock(), "{v}");
+    // One write per line (stderr is unbuffered): lines from many threads never interleave,
+    // and a request costs one syscall for its log line, not one per token.
+    let mut line = v.to_string();
+    line.push('\n');
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
 /// Binds `--listen`: `ADDR:PORT` or `unix:/path` (a 0600 socket file).

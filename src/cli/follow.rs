@@ -84,6 +84,13 @@ fn print_from(store: &Store, id: &JobId, off: &mut u64) -> Result<bool> {
         Err(e) => return Err(crate::model::error::Error::io("output.log", e)),
     };
     let io = |e| crate::model::error::Error::io("output.log", e);
+    let len = f.metadata().map_err(io)?.len();
+    if *off > len {
+        return Err(crate::model::error::Error::Invalid(format!(
+            "offset {} is past the end of the output ({len} bytes)",
+            *off
+        )));
+    }
     f.seek(SeekFrom::Start(*off)).map_err(io)?;
     let mut stdout = std::io::stdout().lock();
     let mut buf = vec![0u8; 1 << 20];

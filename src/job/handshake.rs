@@ -1,5 +1,6 @@
 //! The launcher ⇄ supervisor handshake, in one place:
-//! - the launcher passes the job's (locked) lock on [`LOCK_FD`];
+//! - the launcher passes the job's (locked) lock on [`LOCK_FD`] and its spec, a memory
+//!   file, on [`SPEC_FD`] (stdin, when the job has one, is another memory file on 0);
 //! - the supervisor names itself first (`pid N`, right after it detached, so a launcher
 //!   can continue it if the job stops it before it answers), then answers one line on its
 //!   stdout, [`Ready::Ok`] once the shell runs or [`Ready::Err`] with the reason;
@@ -14,6 +15,8 @@ use std::time::Duration;
 
 /// The fd on which the launcher hands the (already locked) job lock to the supervisor.
 pub const LOCK_FD: i32 = 3;
+/// The fd of the memory file holding the job's [`crate::model::spec::Spec`].
+pub const SPEC_FD: i32 = 4;
 
 /// How often a launcher waiting for the ready line looks after the supervisor.
 pub const NUDGE_EVERY: Duration = Duration::from_millis(200);

@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 pub use super::handshake::JobEvents;
-use super::handshake::{LOCK_FD, Ready};
+use super::handshake::{LOCK_FD, Ready, SPEC_FD};
 use super::settle;
 use crate::model::error::{Error, Result};
 use crate::model::spec::{
-    COMMAND_LINE, Config, JobUser, MAX_ARG_BYTES, Spec, StartRequest, check_env,
-    check_job_var_name, check_seconds,
+    Config, JobUser, MAX_ARG_BYTES, Spec, StartRequest, check_env, check_job_var_name,
+    check_seconds,
 };
 use crate::model::{FORMAT_VERSION, JobId, JobRecord, Status};
 use crate::state::envstore::EnvStore;
@@ -297,7 +297,8 @@ fn create_and_spawn(
     // The spec may hold only the masked command: the real one, when it spells out a secret
     // value, lives in the job's secrets file, the one file allowed to hold values.
     let spec = Spec {
-        command: masked.clone(),
+        command: req.command.clone(),
+        secrets: crate::model::secret::serialize(&req.secrets),
         cwd: cwd.clone(),
         env,
         timeout_seconds: timeout,
@@ -307,33 +308,6 @@ fn create_and_spawn(
         has_stdin: req.stdin.is_some(),
         user: user.clone(),
     };
-    // These files live only until the job ends and a crash before the start loses the job
-    // anyway: a plain private write, no fsync (the records themselves are durable).
-    let private = |name: &str, data: &[u8]| {
-        use std::io::Write;
-        OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(dir.join(name))?
-            .write_all(data)
-    };
-    private(
-        crate::state::layout::SPEC,
-        &serde_json::to_vec(&spec).unwrap_or_default(),
-    )
-    .map_err(io("spec.json"))?;
-    if !req.secrets.is_empty() {
-        let mut text = String::new();
-        if masked != req.command {
-            text = format!(
-                "{COMMAND_LINE}{}\n",
-                serde_json::Value::from(req.command.as_str())
-            );
-        }
-        text.push_str(&crate::model::secret::serialize(&req.secrets));
-        private(crate::state::layout::SECRETS, text.as_bytes()).map_err(io("secrets file"))?;
-    }
     let rec = JobRecord {
         format_version: FORMAT_VERSION,
         id: id.clone(),
@@ -382,7 +356,9 @@ fn create_and_spawn(
         .map(crate::os::spawn::memory_file)
         .transpose()
         .map_err(io("stdin"))?;
-    let events = spawn_supervisor(store, id, &lock, stdin)?;
+    let spec = crate::os::spawn::memory_file(&serde_json::to_vec(&spec).unwrap_or_default())
+        .map_err(io("spec"))?;
+    let events = spawn_supervisor(store, id, &lock, &spec, stdin)?;
     drop(lock);
     // Settles the job at once if its supervisor already died (the lock is free now).
     Ok((settle::load(store, id)?, events))
@@ -413,6 +389,7 @@ fn spawn_supervisor(
     store: &Store,
     id: &JobId,
     lock: &fs::File,
+    spec: &fs::File,
     stdin: Option<fs::File>,
 ) -> Result<JobEvents> {
     use std::os::fd::AsFd;
@@ -420,8 +397,14 @@ fn spawn_supervisor(
     let stdin_fd = stdin.as_ref().map(|f| f.as_fd());
     // A fork server that is gone (killed) leaves the exec path.
     let served = FORK_SERVER.get().and_then(|s| {
-        s.launch(store.root(), id.as_str(), lock.as_fd(), stdin_fd)
-            .ok()
+        s.launch(
+            store.root(),
+            id.as_str(),
+            lock.as_fd(),
+            spec.as_fd(),
+            stdin_fd,
+        )
+        .ok()
     });
     let (mut out, first): (fs::File, Option<i32>) = if let Some(r) = served {
         (r, None)
@@ -431,6 +414,7 @@ fn spawn_supervisor(
             store.root(),
             id.as_str(),
             lock.as_fd(),
+            spec.as_fd(),
             stdin_fd,
         )
         .map_err(failed)?;
@@ -444,7 +428,10 @@ fn spawn_supervisor(
             .stdin(stdin.map_or_else(Stdio::null, Stdio::from))
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
-        crate::os::spawn::as_supervisor(&mut cmd, lock.as_raw_fd(), LOCK_FD);
+        crate::os::spawn::as_supervisor(
+            &mut cmd,
+            [(lock.as_raw_fd(), LOCK_FD), (spec.as_raw_fd(), SPEC_FD)],
+        );
         let mut child = cmd.spawn().map_err(failed)?;
         let out = child.stdout.take().map(OwnedFd::from).map(fs::File::from);
         let pid = child.id() as i32;

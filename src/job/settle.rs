@@ -126,7 +126,7 @@ pub fn load(store: &Store, id: &JobId) -> Result<JobRecord> {
     }
     let sweep = (!stale_boot)
         .then(|| crate::os::proc::sweep_job(id.as_str(), rec.cgroup.as_deref().map(Path::new)));
-    for f in [SECRETS, SPEC, STDIN, RESERVE] {
+    for f in LEGACY.iter().chain([&RESERVE]) {
         let _ = fs::remove_file(store.job_dir(id).join(f));
     }
     let _ = fs::remove_file(store.running_marker(id));

@@ -10,9 +10,6 @@ use super::secret::SecretVar;
 
 /// Environment variable every job process carries, naming its job (for sweeps and ports).
 pub const JOB_ENV_MARKER: &str = "GITTERM_JOB_ID";
-/// In a job's secrets file, the line holding the real command (a JSON string) when it
-/// differs from the masked one; a `#` line, so the secrets parser skips it.
-pub const COMMAND_LINE: &str = "#command=";
 
 /// Timeouts above this many seconds are refused as absurd (a unit mistake), not clamped.
 pub const ABSURD_SECONDS: f64 = 1e9;
@@ -161,12 +158,17 @@ pub fn check_env(name: &str, value: &str) -> Result<()> {
     Ok(())
 }
 
-/// What the launcher tells the supervisor, stored as `spec.json` (0600) in the job folder.
+/// What the launcher tells the supervisor. Never written to disk: it reaches the
+/// supervisor as a memory file on [`crate::job::handshake::SPEC_FD`], so the real command
+/// and the secret values have no copy in the job folder.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Spec {
     /// The real command (the record holds a masked copy).
     pub command: String,
+    /// The job's secrets, as `NAME=value` lines (the secret file format).
+    #[serde(default)]
+    pub secrets: String,
     pub cwd: String,
     /// Variables on top of the supervisor's own environment (persisted env, then the job's).
     pub env: BTreeMap<String, String>,

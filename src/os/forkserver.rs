@@ -5,8 +5,8 @@
 //! a plain fork unsafe, starts a fork server before its first thread (as Python's
 //! `forkserver` and Android's zygote do) and asks it over a socket, passing the job's
 //! lock and stdin as fds. Either way the entry runs with the same fds as an exec'd
-//! `supervise` would: the lock on [`LOCK`], stdin on 0, a pipe back to the caller on 1,
-//! `/dev/null` on 2.
+//! `supervise` would: the lock on [`LOCK`], the spec on [`SPEC`], stdin on 0, a pipe back
+//! to the caller on 1, `/dev/null` on 2.
 
 use std::fs::File;
 use std::io::{self, IoSlice, IoSliceMut};
@@ -22,8 +22,9 @@ use nix::sys::socket::{
 /// What runs in the new process: `main(root, id)`'s exit status ends it.
 pub type Entry = fn(&Path, &str) -> i32;
 
-/// The fd the lock is placed on (the supervisor's contract).
+/// The fds the lock and the spec are placed on (the supervisor's contract).
 pub const LOCK: RawFd = 3;
+pub const SPEC: RawFd = 4;
 
 /// Runs `entry(root, id)` in a fork of this process, which must be single-threaded.
 /// Returns the new process's pid (to be waited for: it exits once the entry detaches) and
@@ -33,6 +34,7 @@ pub fn fork_entry(
     root: &Path,
     id: &str,
     lock: BorrowedFd<'_>,
+    spec: BorrowedFd<'_>,
     stdin: Option<BorrowedFd<'_>>,
 ) -> io::Result<(i32, File)> {
     let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
@@ -42,6 +44,7 @@ pub fn fork_entry(
         w.as_raw_fd(),
         null.as_raw_fd(),
         lock.as_raw_fd(),
+        spec.as_raw_fd(),
     ];
     // Nothing buffered may be written twice, by the child too.
     let _ = io::Write::flush(&mut io::stdout());
@@ -52,12 +55,12 @@ pub fn fork_entry(
         0 => unsafe {
             // SAFETY (the whole block): fd juggling on fds we own in this new process,
             // then the entry; never returns.
-            let mut high = [0; 4];
+            let mut high = [0; 5];
             for (i, &s) in srcs.iter().enumerate() {
                 // Copies above every target first, so that no source is clobbered.
                 high[i] = libc::fcntl(s, libc::F_DUPFD, 10);
             }
-            for (target, &h) in [0, 1, 2, LOCK].iter().zip(high.iter()) {
+            for (target, &h) in [0, 1, 2, LOCK, SPEC].iter().zip(high.iter()) {
                 if h < 0 || libc::dup2(h, *target) < 0 {
                     libc::_exit(1);
                 }
@@ -136,6 +139,7 @@ impl ForkServer {
         root: &Path,
         id: &str,
         lock: BorrowedFd<'_>,
+        spec: BorrowedFd<'_>,
         stdin: Option<BorrowedFd<'_>>,
     ) -> io::Result<File> {
         use std::os::unix::ffi::OsStrExt;
@@ -145,7 +149,7 @@ impl ForkServer {
         if req.len() > MAX_REQUEST {
             return Err(io::Error::other("state root path too long"));
         }
-        let mut fds = vec![lock.as_raw_fd()];
+        let mut fds = vec![lock.as_raw_fd(), spec.as_raw_fd()];
         fds.extend(stdin.map(|s| s.as_raw_fd()));
         let sock = self.sock.lock().unwrap_or_else(|p| p.into_inner());
         sendmsg::<()>(
@@ -201,7 +205,7 @@ fn serve(entry: Entry, sock: OwnedFd) {
         while nix::sys::wait::waitpid(None, Some(nix::sys::wait::WaitPidFlag::WNOHANG))
             .is_ok_and(|s| s != nix::sys::wait::WaitStatus::StillAlive)
         {}
-        let Ok((req, fds)) = receive(sock.as_fd(), 2) else {
+        let Ok((req, fds)) = receive(sock.as_fd(), 3) else {
             return;
         };
         if req.is_empty() && fds.is_empty() {
@@ -215,13 +219,16 @@ fn serve(entry: Entry, sock: OwnedFd) {
             use std::os::unix::ffi::OsStrExt;
             let root = PathBuf::from(std::ffi::OsStr::from_bytes(&req[..sep]));
             let id = std::str::from_utf8(&req[sep + 1..]).map_err(|_| "malformed id")?;
-            let lock = fds.first().ok_or("no lock passed")?;
+            let (Some(lock), Some(spec)) = (fds.first(), fds.get(1)) else {
+                return Err("no lock or spec passed");
+            };
             fork_entry(
                 entry,
                 &root,
                 id,
                 lock.as_fd(),
-                fds.get(1).map(|f| f.as_fd()),
+                spec.as_fd(),
+                fds.get(2).map(|f| f.as_fd()),
             )
             .map(|(_, r)| r)
             .map_err(|_| "fork failed")

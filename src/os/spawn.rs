@@ -10,20 +10,25 @@ use std::process::Command;
 
 use nix::fcntl::{FcntlArg, FdFlag, OFlag, fcntl};
 
-/// Makes `cmd` start the supervisor: `lock_fd` becomes `target_fd` (inherited across exec)
-/// and the child gets its own session, so a terminal's Ctrl-C or hangup never reaches it.
-pub fn as_supervisor(cmd: &mut Command, lock_fd: RawFd, target_fd: RawFd) {
-    // SAFETY: dup2, fcntl and setsid are async-signal-safe and touch no Rust state.
+/// Makes `cmd` start the supervisor: each `(fd, target)` becomes `target` (inherited
+/// across exec) and the child gets its own session, so a terminal's Ctrl-C or hangup
+/// never reaches it.
+pub fn as_supervisor(cmd: &mut Command, fds: [(RawFd, RawFd); 2]) {
+    // SAFETY: fcntl, dup2 and setsid are async-signal-safe and touch no Rust state.
     unsafe {
         cmd.pre_exec(move || {
-            // dup2 onto itself keeps close-on-exec, so clear it by hand in that case.
-            let r = if lock_fd == target_fd {
-                libc::fcntl(target_fd, libc::F_SETFD, 0)
-            } else {
-                libc::dup2(lock_fd, target_fd)
-            };
-            if r < 0 {
-                return Err(io::Error::last_os_error());
+            // Copies above every target first, so that no source is clobbered.
+            let mut high = [0; 2];
+            for (i, (fd, _)) in fds.iter().enumerate() {
+                high[i] = libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 10);
+                if high[i] < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            for (i, (_, target)) in fds.iter().enumerate() {
+                if libc::dup2(high[i], *target) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
             }
             libc::setsid();
             Ok(())
@@ -314,21 +319,28 @@ impl Child<'_> {
     }
 }
 
-/// Takes ownership of the fd a parent placed at `fd` for us, after closing every fd above
-/// it (whatever a caller leaked must not stay open for a job's whole life).
-pub fn adopt_inherited_fd(fd: RawFd) -> io::Result<File> {
-    // SAFETY: close_range takes two fd bounds and flags; nothing above `fd` is ours yet.
-    unsafe { libc::syscall(libc::SYS_close_range, fd as u32 + 1, u32::MAX, 0u32) };
-    // Fails with EBADF when nothing was placed there, before we claim ownership.
-    fcntl(
-        // SAFETY: borrowed only for this call; checked to be open before we own it.
-        unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) },
-        FcntlArg::F_GETFD,
-    )?;
-    // SAFETY: the parent placed this fd for us alone, it is open, and we take it once.
-    let file = unsafe { File::from_raw_fd(fd) };
-    fcntl(&file, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
-    Ok(file)
+/// Takes ownership of the fds a parent placed at `fds` for us (consecutive from the
+/// first), after closing every fd above them: whatever a caller leaked must not stay open
+/// for a job's whole life.
+pub fn adopt_inherited_fds<const N: usize>(fds: [RawFd; N]) -> io::Result<[File; N]> {
+    let top = fds.iter().copied().max().unwrap_or(2);
+    // SAFETY: close_range takes two fd bounds and flags; nothing above `top` is ours yet.
+    unsafe { libc::syscall(libc::SYS_close_range, top as u32 + 1, u32::MAX, 0u32) };
+    for fd in fds {
+        // Fails with EBADF when nothing was placed there, before we claim ownership.
+        fcntl(
+            // SAFETY: borrowed only for this call; checked to be open before we own it.
+            unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) },
+            FcntlArg::F_GETFD,
+        )?;
+    }
+    // SAFETY: the parent placed these fds for us alone, they are open, and we take each
+    // once.
+    let files = fds.map(|fd| unsafe { File::from_raw_fd(fd) });
+    for f in &files {
+        fcntl(f, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+    }
+    Ok(files)
 }
 
 /// Forks; returns true in the child. The parent's caller should exit at once.

@@ -11,9 +11,9 @@ pub const MAX_PAGE: usize = 64 * 1024;
 pub const RECORD: &str = "job.json";
 pub const OUTPUT: &str = "output.log";
 pub const LOCK: &str = "lock";
-pub const SPEC: &str = "spec.json";
-pub const SECRETS: &str = "secrets.env";
-pub const STDIN: &str = "stdin";
+/// Files older versions kept in a job folder while it ran (the spec, secrets and stdin
+/// now reach the supervisor as memory files); removed when such a job is settled.
+pub const LEGACY: [&str; 3] = ["spec.json", "secrets.env", "stdin"];
 /// Room kept in a job folder so the final record lands even on a full disk.
 pub const RESERVE: &str = ".reserve";
 

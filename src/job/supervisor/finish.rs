@@ -29,9 +29,6 @@ impl Supervisor {
                 Some("the output writer failed; later output was not stored".to_string()),
             ),
         };
-        let _ = fs::remove_file(dir.join(crate::state::layout::SECRETS));
-        let _ = fs::remove_file(dir.join(crate::state::layout::STDIN));
-        let _ = fs::remove_file(dir.join(crate::state::layout::SPEC));
         let (code, signal) = match shell {
             Some(WaitStatus::Exited(_, c)) => (Some(c), None),
             Some(WaitStatus::Signaled(_, s, _)) => (None, Some(s.as_str().to_string())),

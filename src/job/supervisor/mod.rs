@@ -19,7 +19,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 
-use crate::job::handshake::{LOCK_FD, Ready};
+use crate::job::handshake::{LOCK_FD, Ready, SPEC_FD};
 use crate::model::spec::{JOB_ENV_MARKER, Spec};
 use crate::model::{JobId, JobRecord, Status};
 use crate::os::cgroup::JobCgroup;
@@ -52,9 +52,9 @@ pub fn main(root: &Path, id: &str) -> i32 {
         eprintln!("supervise: malformed job id");
         return 2;
     };
-    let lock = match crate::os::spawn::adopt_inherited_fd(LOCK_FD) {
-        Ok(l) => l,
-        Err(e) => return report_failure(&format!("lock fd: {e}")),
+    let [lock, spec] = match crate::os::spawn::adopt_inherited_fds([LOCK_FD, SPEC_FD]) {
+        Ok(f) => f,
+        Err(e) => return report_failure(&format!("lock and spec fds: {e}")),
     };
     let store = match Store::open(root) {
         Ok(s) => s,
@@ -70,7 +70,7 @@ pub fn main(root: &Path, id: &str) -> i32 {
         }
         Err(e) => return report_failure(&format!("fork: {e}")),
     }
-    let code = match Supervisor::start(&store, &id) {
+    let code = match Supervisor::start(&store, &id, spec) {
         Ok(mut s) => {
             let _ = Ready::Ok.send(&mut io::stdout().lock());
             s.sink.set_events(crate::job::handshake::events_out());
@@ -103,14 +103,7 @@ fn detach_stdio() {
 /// Records a job that could not be started at all.
 fn fail_record(store: &Store, id: &JobId, msg: &str) {
     if let Ok(mut rec) = store.read_raw(id) {
-        for f in [
-            crate::state::layout::SECRETS,
-            crate::state::layout::SPEC,
-            crate::state::layout::STDIN,
-            RESERVE,
-        ] {
-            let _ = fs::remove_file(store.job_dir(id).join(f));
-        }
+        let _ = fs::remove_file(store.job_dir(id).join(RESERVE));
         if let Some(cg) = JobCgroup::existing(id.as_str()) {
             cg.remove();
         }
@@ -137,29 +130,17 @@ struct Supervisor {
 }
 
 impl Supervisor {
-    fn start(store: &Store, id: &JobId) -> Result<Supervisor, String> {
+    fn start(store: &Store, id: &JobId, mut spec_file: File) -> Result<Supervisor, String> {
         let dir = store.job_dir(id);
         let rec = store.read_raw(id).map_err(|e| e.to_string())?;
-        let spec: Spec = serde_json::from_slice(
-            &fs::read(dir.join(crate::state::layout::SPEC))
-                .map_err(|e| format!("spec.json: {e}"))?,
-        )
-        .map_err(|e| format!("spec.json: {e}"))?;
-        let mut spec = spec;
-        let secrets = match fs::read_to_string(dir.join(crate::state::layout::SECRETS)) {
-            Ok(t) => {
-                if let Some(raw) = t
-                    .lines()
-                    .next()
-                    .and_then(|l| l.strip_prefix(crate::model::spec::COMMAND_LINE))
-                {
-                    spec.command =
-                        serde_json::from_str(raw).map_err(|e| format!("secrets file: {e}"))?;
-                }
-                crate::model::secret::parse(&t).map_err(|e| format!("secrets file: {e}"))?
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(format!("secrets file: {e}")),
+        let mut raw = Vec::new();
+        io::Read::read_to_end(&mut spec_file, &mut raw).map_err(|e| format!("spec: {e}"))?;
+        drop(spec_file);
+        let spec: Spec = serde_json::from_slice(&raw).map_err(|e| format!("spec: {e}"))?;
+        let secrets = if spec.secrets.is_empty() {
+            Vec::new()
+        } else {
+            crate::model::secret::parse(&spec.secrets).map_err(|e| format!("secrets: {e}"))?
         };
         let values: Vec<&[u8]> = secrets
             .iter()
