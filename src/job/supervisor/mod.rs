@@ -300,6 +300,7 @@ impl Supervisor {
                 dropped: 0,
                 write_error: None,
                 events: None,
+                spare: Vec::new(),
             }),
             pipeline,
         })

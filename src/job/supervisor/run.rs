@@ -26,7 +26,6 @@ impl Supervisor {
         let mut killed = false;
         let mut last_kill = started;
         let mut buf = vec![0u8; CHUNK];
-        self.sink = std::mem::replace(&mut self.sink, Sink::Moved).threaded();
 
         loop {
             let now = Instant::now();
@@ -156,6 +155,12 @@ impl Supervisor {
         };
         let n = n as usize;
         if n > 0 {
+            // A full read means a flood: from then on the writing overlaps with reading
+            // and sanitizing on a thread of its own. A job that prints little never pays
+            // for the thread.
+            if n == buf.len() && self.sink.is_inline() {
+                self.sink = std::mem::replace(&mut self.sink, Sink::Moved).threaded();
+            }
             let mut chunk = self.sink.buffer();
             self.pipeline.feed(&buf[..n], &mut chunk);
             self.sink.store(chunk);

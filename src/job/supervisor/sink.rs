@@ -12,6 +12,9 @@ pub(super) struct Output {
     pub(super) dropped: u64,
     pub(super) write_error: Option<String>,
     pub(super) events: Option<File>,
+    /// The buffer handed out while writing inline, kept between reads (a fresh 256 KiB
+    /// allocation per read is an mmap and a munmap each).
+    pub(super) spare: Vec<u8>,
 }
 
 impl Output {
@@ -111,18 +114,28 @@ impl Sink {
     }
 
     /// An empty buffer for the next chunk (recycled from the writer when it can be).
-    pub(super) fn buffer(&self) -> Vec<u8> {
+    pub(super) fn buffer(&mut self) -> Vec<u8> {
         match self {
             Sink::Threaded { spare, .. } => spare
                 .try_recv()
                 .unwrap_or_else(|_| Vec::with_capacity(CHUNK)),
+            Sink::Inline(o) if o.spare.capacity() > 0 => std::mem::take(&mut o.spare),
             _ => Vec::with_capacity(CHUNK),
         }
     }
 
-    pub(super) fn store(&mut self, chunk: Vec<u8>) {
+    /// True while output is written on this thread.
+    pub(super) fn is_inline(&self) -> bool {
+        matches!(self, Sink::Inline(_))
+    }
+
+    pub(super) fn store(&mut self, mut chunk: Vec<u8>) {
         match self {
-            Sink::Inline(o) => o.store(&chunk),
+            Sink::Inline(o) => {
+                o.store(&chunk);
+                chunk.clear();
+                o.spare = chunk;
+            }
             Sink::Threaded { tx, .. } => {
                 if !chunk.is_empty() {
                     let _ = tx.send(chunk);
