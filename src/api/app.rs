@@ -42,6 +42,8 @@ pub struct Admitted {
     route: Route,
     /// Whether the caller used the scoped token.
     scoped: bool,
+    /// Whether the request carried a valid token (a public route needs none).
+    trusted: bool,
     /// The path's `{id}` segment, as sent.
     id: Option<String>,
     query: Query,
@@ -73,7 +75,8 @@ impl App {
     /// Authenticates, routes, checks scope and parses the query; `Err` is the answer when
     /// the request may not go on.
     fn admit(&self, head: &Head) -> Result<Admitted, Response> {
-        let access = if Route::is_public_path(&head.path) {
+        let public = Route::is_public_path(&head.path);
+        let access = if public {
             Access::Full
         } else {
             let auth: Vec<&str> = head.all("authorization").collect();
@@ -124,6 +127,7 @@ impl App {
         Ok(Admitted {
             route,
             scoped: access == Access::Scoped,
+            trusted: !public,
             id: id.map(str::to_string),
             query,
         })
@@ -154,8 +158,10 @@ fn error_response(f: Failure) -> Response {
         }
     }
     let mut resp = json_response(f.err.http_status(), &v);
-    if matches!(f.err, Error::Auth(_)) {
-        resp.headers.push(("WWW-Authenticate", "Bearer".into()));
+    match f.err {
+        Error::Auth(_) => resp.headers.push(("WWW-Authenticate", "Bearer".into())),
+        Error::RateLimited(_) => resp.headers.push(("Retry-After", "1".into())),
+        _ => {}
     }
     resp
 }
@@ -179,12 +185,17 @@ impl Handler for App {
         self.admit(head)
     }
 
+    fn trusted(&self, admitted: &Admitted) -> bool {
+        admitted.trusted
+    }
+
     fn handle(&self, admitted: Admitted, req: Request) -> Response {
         let Admitted {
             route,
             scoped,
             id,
             query,
+            ..
         } = admitted;
         let call = Call {
             scoped,
@@ -232,9 +243,6 @@ impl Handler for App {
         };
         let mut resp = error_response(err.into());
         resp.status = status;
-        if matches!(fault, Fault::Busy(_)) {
-            resp.headers.push(("Retry-After", "1".into()));
-        }
         resp
     }
 

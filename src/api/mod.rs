@@ -52,10 +52,11 @@ pub struct ServeArgs {
     /// Largest request body accepted
     #[arg(long, value_name = "BYTES", default_value = "8388608")]
     pub max_body: u64,
-    /// Most client connections open at once
+    /// Most client connections open at once; idle ones give way to new ones
     #[arg(long, value_name = "N", default_value = "1024")]
     pub max_connections: usize,
-    /// Seconds a client may take to send a request's headers
+    /// Seconds a client may take to send a request's headers (a new connection's first
+    /// request: from the connect, so a silent connection is closed after it)
     #[arg(long, value_name = "S", default_value = "10")]
     pub header_timeout: Seconds,
     /// Seconds a client may take to send a request's body
