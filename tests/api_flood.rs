@@ -1,6 +1,6 @@
 //! Floods over real sockets on loopback: connections that never send a byte, or trickle a
-//! refused request, must not shut out a health check or an authenticated client, and a
-//! silent connection is closed after the header timeout.
+//! refused request, and long-polls by the hundred must not shut out a health check or an
+//! authenticated client.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// A `serve` on an ephemeral port with its own state root; killed on drop (after its
 /// running jobs are cancelled).
@@ -234,4 +234,67 @@ fn a_silent_connection_is_closed_after_the_header_timeout() {
     assert!(raw.starts_with("HTTP/1.1 504"), "{raw:?}");
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     assert_eq!(s.health().0, 200);
+}
+
+#[test]
+fn long_polls_are_capped_and_do_not_shut_out_health_or_clients() {
+    let s = std::sync::Arc::new(Server::start(&["--max-connections", "64"]));
+    let (status, job, _) = s
+        .call(
+            "POST",
+            "/v1/jobs",
+            true,
+            Some(&json!({"command": "sleep 60", "background": true})),
+        )
+        .unwrap();
+    assert_eq!(status, 200, "{job}");
+    let id = job["id"].as_str().unwrap().to_string();
+    let base = s.threads();
+    let polls: Vec<_> = (0..64)
+        .map(|_| {
+            let (s, id) = (std::sync::Arc::clone(&s), id.clone());
+            std::thread::spawn(move || {
+                s.call("GET", &format!("/v1/jobs/{id}?waitSeconds=60"), true, None)
+                    .map(|(status, v, took)| (status, v["status"].clone(), took))
+            })
+        })
+        .collect();
+    s.wait_threads(base + 32);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut worst = still_served(&s, "with 64 long-polls");
+    let held = s.silent(64);
+    std::thread::sleep(Duration::from_millis(100));
+    worst = worst.max(still_served(
+        &s,
+        "with 64 long-polls and 64 silent connections",
+    ));
+    eprintln!("health under a long-poll flood: at most {worst:?}");
+    // Those over the cap were told at once; the others wait until the job ends.
+    let (status, v, _) = s
+        .call(
+            "POST",
+            &format!("/v1/jobs/{id}/cancel"),
+            true,
+            Some(&json!({})),
+        )
+        .unwrap();
+    assert_eq!((status, &v["status"]), (200, &json!("cancelled")), "{v}");
+    let (mut waited, mut refused) = (0, 0);
+    for p in polls {
+        match p.join().unwrap() {
+            Some((200, status, _)) => {
+                assert_eq!(status, "cancelled");
+                waited += 1;
+            }
+            Some((429, _, took)) => {
+                assert!(took < Duration::from_secs(1), "a refusal took {took:?}");
+                refused += 1;
+            }
+            other => panic!("a long-poll got {other:?}"),
+        }
+    }
+    eprintln!("long-polls: {waited} waited, {refused} refused");
+    assert!(waited >= 16, "only {waited} long-polls were let wait");
+    assert!(refused >= 1, "no long-poll was refused");
+    drop(held);
 }

@@ -10,6 +10,7 @@
 
 use std::io::Write;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -34,6 +35,19 @@ pub struct App {
     tokens: Tokens,
     pub(super) sandbox: SandboxStart,
     pub(super) hub: Arc<Hub>,
+    /// Requests waiting now (see [`App::wait_slot`]).
+    waiting: AtomicUsize,
+    /// The most that may wait at once.
+    max_waiting: usize,
+}
+
+/// A request's place among those that wait; given back on drop.
+pub struct WaitSlot<'a>(&'a AtomicUsize);
+
+impl Drop for WaitSlot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// A request that passed every check on its head.
@@ -64,6 +78,39 @@ impl App {
             tokens,
             sandbox,
             hub,
+            waiting: AtomicUsize::new(0),
+            max_waiting: usize::MAX,
+        }
+    }
+
+    /// Caps the requests that wait at once: long-polls, starts that wait for their job,
+    /// previews (see `App::wait_slot`).
+    pub fn with_max_waiting(mut self, n: usize) -> App {
+        self.max_waiting = n.max(1);
+        self
+    }
+
+    /// A place for a request about to wait: a long-poll (`waitSeconds` on a job or its
+    /// output), a start that waits for its job's end, a preview. Each holds a connection
+    /// for as long as it waits, so their number is capped below the connection cap, and
+    /// short requests always find room. Over the cap: 429 `rate_limited`, and the
+    /// connection closes so that its place is free at once.
+    pub(super) fn wait_slot(&self, retry: &str) -> std::result::Result<WaitSlot<'_>, Failure> {
+        let taken = self
+            .waiting
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < self.max_waiting).then_some(n + 1)
+            });
+        match taken {
+            Ok(_) => Ok(WaitSlot(&self.waiting)),
+            Err(_) => {
+                let mut f = Failure::from(Error::RateLimited(format!(
+                    "{} requests are waiting already, the most at once; retry shortly, or {retry}",
+                    self.max_waiting
+                )));
+                f.close = true;
+                Err(f)
+            }
         }
     }
 
@@ -205,6 +252,7 @@ impl Handler for App {
             id: id.as_deref(),
         };
         let reply = (route.handler())(self, &call);
+        let mut close = false;
         let mut job_id = id.as_deref().and_then(JobId::parse).map(|j| j.to_string());
         let mut resp = match reply {
             Ok(v) => {
@@ -214,6 +262,7 @@ impl Handler for App {
                 json_response(200, &v)
             }
             Err(f) => {
+                close = f.close;
                 if job_id.is_none() {
                     job_id = f
                         .extra
@@ -226,6 +275,7 @@ impl Handler for App {
         };
         resp.route = route.template();
         resp.job_id = job_id;
+        resp.close = close;
         resp
     }
 

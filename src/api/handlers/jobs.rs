@@ -38,6 +38,12 @@ pub fn start(app: &App, call: &Call<'_>) -> Reply {
         secrets.push(var);
     }
     start.secrets = secrets;
+    // A start that waits holds its connection as a long-poll does: it needs a place among
+    // the waiting before anything starts, so that a refusal leaves nothing behind.
+    let _slot = match body.wait {
+        Wait::Seconds(s) if s > 0.0 => Some(app.wait_slot("start the job with background: true")?),
+        _ => None,
+    };
     let (rec, events) = launch::start_watched(&app.store, &app.cfg, start)?;
     let rec = match (body.wait, events) {
         (Wait::Background, _) => rec,
@@ -83,8 +89,14 @@ pub fn get(app: &App, call: &Call<'_>) -> Reply {
     let id = call.job()?;
     let wait = call
         .query
-        .seconds("waitSeconds", request::MAX_WAIT_SECONDS)?;
-    let rec = wait_end(app, &id, wait.unwrap_or(0.0))?;
+        .seconds("waitSeconds", request::MAX_WAIT_SECONDS)?
+        .unwrap_or(0.0);
+    let rec = crate::job::settle::load(&app.store, &id)?;
+    if wait <= 0.0 || rec.status.is_final() {
+        return Ok(app.store.view(&rec));
+    }
+    let _slot = app.wait_slot("read the job without waitSeconds")?;
+    let rec = wait_end(app, &id, wait)?;
     Ok(app.store.view(&rec))
 }
 
