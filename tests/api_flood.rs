@@ -1,6 +1,7 @@
-//! Floods over real sockets on loopback: connections that never send a byte, or trickle a
-//! refused request, and long-polls by the hundred must not shut out a health check or an
-//! authenticated client.
+//! Floods over real sockets on loopback: connections that never send a byte or trickle a
+//! refused request, long-polls by the hundred and clients that never read a big listing
+//! must not shut out a health check or an authenticated client, nor make the server hold
+//! memory without bound.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -120,6 +121,17 @@ impl Server {
         std::fs::read_dir(format!("/proc/{}/task", self.child.id()))
             .map(|d| d.count())
             .unwrap_or(0)
+    }
+
+    /// The server's resident memory, in bytes.
+    fn rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
     }
 
     /// Waits until the server runs at least `n` threads (it has taken the connections).
@@ -297,4 +309,99 @@ fn long_polls_are_capped_and_do_not_shut_out_health_or_clients() {
     assert!(waited >= 16, "only {waited} long-polls were let wait");
     assert!(refused >= 1, "no long-poll was refused");
     drop(held);
+}
+
+/// A finished job's record, written straight into the state root.
+fn plant_record(root: &Path, i: usize, command: &str) -> String {
+    let id = format!("job_{i:020x}");
+    let dir = root.join("jobs").join(&id);
+    std::fs::create_dir_all(&dir).unwrap();
+    let at = format!("2026-01-01T00:{:02}:{:02}.000Z", i / 60, i % 60);
+    let rec = json!({
+        "formatVersion": 1, "id": id, "command": command, "cwd": "/", "status": "succeeded",
+        "exitCode": 0, "signal": null, "createdAt": at, "startedAt": at, "endedAt": at,
+        "timeoutSeconds": 60, "pid": 999_999, "pgid": 999_999, "outputBytes": 0,
+        "bootId": "boot-before",
+    });
+    std::fs::write(dir.join("job.json"), rec.to_string()).unwrap();
+    std::fs::write(dir.join("lock"), "").unwrap();
+    id
+}
+
+#[test]
+fn slow_readers_of_a_big_listing_hold_little_memory_and_pages_cover_every_job() {
+    const JOBS: usize = 300;
+    let command = format!("echo {}", "x".repeat(50_000));
+    let mut planted = Vec::new();
+    let s = Server::start_with(&["--keep-days", "100000"], |root| {
+        for i in 0..JOBS {
+            planted.push(plant_record(root, i, &command));
+        }
+    });
+    assert_eq!(s.health().0, 200);
+    let before = s.rss();
+    // Twenty clients ask for the listing and never read a byte of it.
+    let slow: Vec<TcpStream> = (0..20)
+        .map(|_| {
+            let mut c = TcpStream::connect(&s.addr).unwrap();
+            write!(
+                c,
+                "GET /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\r\n",
+                s.token
+            )
+            .unwrap();
+            c
+        })
+        .collect();
+    let mut peak = 0;
+    let until = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < until {
+        peak = peak.max(s.rss());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!(
+        "RSS: {} MiB before, peak {} MiB with 20 slow readers",
+        before >> 20,
+        peak >> 20
+    );
+    assert!(
+        peak < 64 << 20,
+        "the server grew to {} MiB for 20 clients that do not read",
+        peak >> 20
+    );
+    assert!(still_served(&s, "with 20 slow readers") < Duration::from_secs(1));
+    drop(slow);
+    // Page by page, following `next`: every job exactly once, newest first.
+    let mut seen: Vec<String> = Vec::new();
+    let mut target = "/v1/jobs".to_string();
+    let mut pages = 0;
+    loop {
+        let (status, v, _) = s.get(&target);
+        assert_eq!(status, 200, "{target}: {v}");
+        let jobs = v["jobs"].as_array().expect("a jobs array");
+        assert!(
+            !jobs.is_empty() || v["next"].is_null(),
+            "{target}: an empty page"
+        );
+        seen.extend(jobs.iter().map(|j| j["id"].as_str().unwrap().to_string()));
+        pages += 1;
+        match v["next"].as_str() {
+            Some(next) => target = format!("/v1/jobs?cursor={next}"),
+            None => break,
+        }
+        assert!(pages <= JOBS, "the pages never end");
+    }
+    planted.reverse();
+    assert_eq!(seen, planted, "every job once, newest first");
+    // `limit` pages as well, and a small page says where the next one starts.
+    let (_, v, _) = s.get("/v1/jobs?limit=2");
+    assert_eq!(v["jobs"].as_array().unwrap().len(), 2);
+    let next = v["next"].as_str().expect("a next cursor").to_string();
+    let (_, v, _) = s.get(&format!("/v1/jobs?limit=2&cursor={next}"));
+    assert_eq!(v["jobs"][0]["id"], planted[2].as_str());
+    let (status, v, _) = s.get("/v1/jobs?limit=1001");
+    assert_eq!((status, &v["error"]["code"]), (400, &json!("invalid")));
+    let (status, v, _) = s.get("/v1/jobs?cursor=bogus");
+    assert_eq!((status, &v["error"]["code"]), (400, &json!("invalid")));
+    eprintln!("{JOBS} jobs in {pages} pages");
 }

@@ -182,7 +182,9 @@ impl App {
 }
 
 fn json_response(status: u16, v: &Value) -> Response {
-    let mut body = serde_json::to_vec(v).unwrap_or_default();
+    // Sized up front: a listing page's body is never held at twice its size.
+    let mut body = Vec::with_capacity(json_len(v) + 1);
+    let _ = serde_json::to_writer(&mut body, v);
     body.push(b'\n');
     Response {
         status,
@@ -195,6 +197,23 @@ fn json_response(status: u16, v: &Value) -> Response {
         route: "",
         job_id: None,
     }
+}
+
+/// The length of a value's JSON text, without writing it anywhere.
+pub(super) fn json_len(v: &Value) -> usize {
+    struct Count(usize);
+    impl Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    let _ = serde_json::to_writer(&mut c, v);
+    c.0
 }
 
 fn error_response(f: Failure) -> Response {
