@@ -9,6 +9,7 @@
 //! is parsed. Only then is the body read and the route's handler called.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -33,6 +34,19 @@ pub struct App {
     tokens: Tokens,
     pub(super) sandbox: SandboxStart,
     pub(super) hub: Arc<Hub>,
+    /// Requests waiting now (see [`App::wait_slot`]).
+    waiting: AtomicUsize,
+    /// The most that may wait at once.
+    max_waiting: usize,
+}
+
+/// A request's place among those that wait; given back on drop.
+pub struct WaitSlot<'a>(&'a AtomicUsize);
+
+impl Drop for WaitSlot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// A request that passed every check on its head.
@@ -41,6 +55,8 @@ pub struct Admitted {
     route: Route,
     /// Whether the caller used the scoped token.
     scoped: bool,
+    /// Whether the request carried a valid token (a public route needs none).
+    trusted: bool,
     /// The path's `{id}` segment, as sent.
     id: Option<String>,
     query: Query,
@@ -61,6 +77,39 @@ impl App {
             tokens,
             sandbox,
             hub,
+            waiting: AtomicUsize::new(0),
+            max_waiting: usize::MAX,
+        }
+    }
+
+    /// Caps the requests that wait at once: long-polls, starts that wait for their job,
+    /// previews (see `App::wait_slot`).
+    pub fn with_max_waiting(mut self, n: usize) -> App {
+        self.max_waiting = n.max(1);
+        self
+    }
+
+    /// A place for a request about to wait: a long-poll (`waitSeconds` on a job or its
+    /// output), a start that waits for its job's end, a preview. Each holds a connection
+    /// for as long as it waits, so their number is capped below the connection cap, and
+    /// short requests always find room. Over the cap: 429 `rate_limited`, and the
+    /// connection closes so that its place is free at once.
+    pub(super) fn wait_slot(&self, retry: &str) -> std::result::Result<WaitSlot<'_>, Failure> {
+        let taken = self
+            .waiting
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < self.max_waiting).then_some(n + 1)
+            });
+        match taken {
+            Ok(_) => Ok(WaitSlot(&self.waiting)),
+            Err(_) => {
+                let mut f = Failure::from(Error::RateLimited(format!(
+                    "{} requests are waiting already, the most at once; retry shortly, or {retry}",
+                    self.max_waiting
+                )));
+                f.close = true;
+                Err(f)
+            }
         }
     }
 
@@ -72,7 +121,8 @@ impl App {
     /// Authenticates, routes, checks scope and parses the query; `Err` is the answer when
     /// the request may not go on.
     fn admit(&self, head: &Head) -> Result<Admitted, Response> {
-        let access = if Route::is_public_path(&head.path) {
+        let public = Route::is_public_path(&head.path);
+        let access = if public {
             Access::Full
         } else {
             let auth: Vec<&str> = head.all("authorization").collect();
@@ -123,6 +173,7 @@ impl App {
         Ok(Admitted {
             route,
             scoped: access == Access::Scoped,
+            trusted: !public,
             id: id.map(str::to_string),
             query,
         })
@@ -130,7 +181,9 @@ impl App {
 }
 
 fn json_response(status: u16, v: &Value) -> Response {
-    let mut body = serde_json::to_vec(v).unwrap_or_default();
+    // Sized up front: a listing page's body is never held at twice its size.
+    let mut body = Vec::with_capacity(json_len(v) + 1);
+    let _ = serde_json::to_writer(&mut body, v);
     body.push(b'\n');
     Response {
         status,
@@ -145,6 +198,23 @@ fn json_response(status: u16, v: &Value) -> Response {
     }
 }
 
+/// The length of a value's JSON text, without writing it anywhere.
+pub(super) fn json_len(v: &Value) -> usize {
+    struct Count(usize);
+    impl Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    let _ = serde_json::to_writer(&mut c, v);
+    c.0
+}
+
 fn error_response(f: Failure) -> Response {
     let mut v = f.err.to_json();
     if let Some(obj) = v.get_mut("error").and_then(Value::as_object_mut) {
@@ -153,8 +223,10 @@ fn error_response(f: Failure) -> Response {
         }
     }
     let mut resp = json_response(f.err.http_status(), &v);
-    if matches!(f.err, Error::Auth(_)) {
-        resp.headers.push(("WWW-Authenticate", "Bearer".into()));
+    match f.err {
+        Error::Auth(_) => resp.headers.push(("WWW-Authenticate", "Bearer".into())),
+        Error::RateLimited(_) => resp.headers.push(("Retry-After", "1".into())),
+        _ => {}
     }
     resp
 }
@@ -178,12 +250,17 @@ impl Handler for App {
         self.admit(head)
     }
 
+    fn trusted(&self, admitted: &Admitted) -> bool {
+        admitted.trusted
+    }
+
     fn handle(&self, admitted: Admitted, req: Request) -> Response {
         let Admitted {
             route,
             scoped,
             id,
             query,
+            ..
         } = admitted;
         let call = Call {
             scoped,
@@ -193,6 +270,7 @@ impl Handler for App {
             id: id.as_deref(),
         };
         let reply = (route.handler())(self, &call);
+        let mut close = false;
         let mut job_id = id.as_deref().and_then(JobId::parse).map(|j| j.to_string());
         let mut resp = match reply {
             Ok(v) => {
@@ -202,6 +280,7 @@ impl Handler for App {
                 json_response(200, &v)
             }
             Err(f) => {
+                close = f.close;
                 if job_id.is_none() {
                     job_id = f
                         .extra
@@ -214,6 +293,7 @@ impl Handler for App {
         };
         resp.route = route.template();
         resp.job_id = job_id;
+        resp.close = close;
         resp
     }
 
@@ -231,9 +311,6 @@ impl Handler for App {
         };
         let mut resp = error_response(err.into());
         resp.status = status;
-        if matches!(fault, Fault::Busy(_)) {
-            resp.headers.push(("Retry-After", "1".into()));
-        }
         resp
     }
 

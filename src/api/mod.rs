@@ -52,10 +52,12 @@ pub struct ServeArgs {
     /// Largest request body accepted
     #[arg(long, value_name = "BYTES", default_value = "8388608")]
     pub max_body: u64,
-    /// Most client connections open at once
+    /// Most client connections open at once; at most half of them may wait (long-polls,
+    /// starts that wait, previews), and idle ones give way to new ones
     #[arg(long, value_name = "N", default_value = "1024")]
     pub max_connections: usize,
-    /// Seconds a client may take to send a request's headers
+    /// Seconds a client may take to send a request's headers (a new connection's first
+    /// request: from the connect, so a silent connection is closed after it)
     #[arg(long, value_name = "S", default_value = "10")]
     pub header_timeout: Seconds,
     /// Seconds a client may take to send a request's body
@@ -148,6 +150,7 @@ pub fn serve_main(args: ServeArgs) -> Result<i32> {
 
     let isolation = crate::job::launch::isolation(&cfg)?;
     let max_connections = within_fd_limit(args.max_connections);
+    let max_waiting = (max_connections / 2).max(1);
     let mut listening = serde_json::json!({
         "event": "listening",
         "address": listener.describe(),
@@ -155,6 +158,7 @@ pub fn serve_main(args: ServeArgs) -> Result<i32> {
         "pid": std::process::id(),
         "resumed": sandbox.resumed,
         "maxConnections": max_connections,
+        "maxWaiting": max_waiting,
         "isolation": isolation,
     });
     let mut warnings = Vec::new();
@@ -184,7 +188,9 @@ pub fn serve_main(args: ServeArgs) -> Result<i32> {
         log(serde_json::json!({"event": "panic", "error": info.to_string()}));
     }));
     let hub = watch::Hub::start();
-    let app = Arc::new(app::App::new(store, cfg, tokens, sandbox, Arc::clone(&hub)));
+    let app = Arc::new(
+        app::App::new(store, cfg, tokens, sandbox, Arc::clone(&hub)).with_max_waiting(max_waiting),
+    );
     let limits = http::Limits {
         max_body: args.max_body,
         max_connections,

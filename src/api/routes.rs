@@ -78,8 +78,8 @@ routes! {
     Health = "GET" "/v1/health", Public, [], handlers::health::get;
     /// Start a job, and wait for its end unless told otherwise.
     StartJob = "POST" "/v1/jobs", Scoped, [], handlers::jobs::start;
-    /// The job records, newest first.
-    ListJobs = "GET" "/v1/jobs", Scoped, ["status", "limit"], handlers::jobs::list;
+    /// A page of the job records, newest first.
+    ListJobs = "GET" "/v1/jobs", Scoped, ["status", "limit", "cursor"], handlers::jobs::list;
     /// One record plus its output tail; long-polls for the end on request.
     GetJob = "GET" "/v1/jobs/{id}", Scoped, ["waitSeconds"], handlers::jobs::get;
     /// A page of a job's output.

@@ -7,13 +7,12 @@ use serde_json::{Value, json};
 
 use super::{Call, Reply};
 use crate::api::app::App;
-use crate::api::request::{self, Wait};
+use crate::api::request::{self, Place, Wait};
 use crate::api::watch::{Kind, RECHECK};
 use crate::job::launch;
 use crate::model::error::{Error, Result};
 use crate::model::secret::SecretVar;
 use crate::model::{JobId, JobRecord, Status};
-use crate::state::store::Listed;
 
 pub fn start(app: &App, call: &Call<'_>) -> Reply {
     let key = call.idempotency_key()?;
@@ -38,6 +37,12 @@ pub fn start(app: &App, call: &Call<'_>) -> Reply {
         secrets.push(var);
     }
     start.secrets = secrets;
+    // A start that waits holds its connection as a long-poll does: it needs a place among
+    // the waiting before anything starts, so that a refusal leaves nothing behind.
+    let _slot = match body.wait {
+        Wait::Seconds(s) if s > 0.0 => Some(app.wait_slot("start the job with background: true")?),
+        _ => None,
+    };
     let (rec, events) = launch::start_watched(&app.store, &app.cfg, start)?;
     let rec = match (body.wait, events) {
         (Wait::Background, _) => rec,
@@ -47,6 +52,11 @@ pub fn start(app: &App, call: &Call<'_>) -> Reply {
     Ok(app.store.view(&rec))
 }
 
+/// A page of the job records: at most `limit` (default [`request::DEFAULT_LIST_LIMIT`]) and
+/// about [`request::LIST_PAGE_BYTES`] of them, after `cursor` if given, with `next` (the
+/// cursor of the page's last entry) when more follow. The store is read one record at a
+/// time and only each entry's place is kept, so a listing costs the server memory for one
+/// page, however many records there are and however long their commands.
 pub fn list(app: &App, call: &Call<'_>) -> Reply {
     let q = call.query;
     let status = q
@@ -62,29 +72,77 @@ pub fn list(app: &App, call: &Call<'_>) -> Reply {
         .transpose()?;
     let limit = q
         .uint("limit", 1, request::MAX_LIST_LIMIT as u64)?
-        .map_or(usize::MAX, |n| n as usize);
-    let jobs: Vec<Value> = crate::job::settle::list(&app.store)
-        .into_iter()
-        .filter(|l| match (l, status) {
-            (_, None) => true,
-            (Listed::Job(r), Some(s)) => r.status == s,
-            (Listed::Corrupt { .. }, Some(_)) => false,
-        })
-        .take(limit)
-        .map(|l| match l {
-            Listed::Job(r) => serde_json::to_value(&*r).unwrap_or_default(),
-            Listed::Corrupt { id, error } => json!({"id": id, "corrupt": true, "error": error}),
-        })
-        .collect();
-    Ok(json!({ "jobs": jobs }))
+        .map_or(request::DEFAULT_LIST_LIMIT, |n| n as usize);
+    let after = q.get("cursor").map(Place::parse).transpose()?;
+    let wanted = |r: &JobRecord| status.is_none_or(|s| r.status == s);
+    let mut places: Vec<(Place, Option<String>)> = Vec::new();
+    scan(app, |id, loaded| {
+        let entry = match loaded {
+            Ok(r) if wanted(&r) => (Place::job(&r.created_at, id), None),
+            Ok(_) => return,
+            // A status filter leaves corrupt records out.
+            Err(_) if status.is_some() => return,
+            Err(e) => (Place::Corrupt(id), Some(e.to_string())),
+        };
+        if after.as_ref().is_none_or(|a| entry.0 > *a) {
+            places.push(entry);
+        }
+    });
+    places.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let mut jobs: Vec<Value> = Vec::new();
+    let mut bytes = 0;
+    let mut last: Option<Place> = None;
+    let mut next = None;
+    for (place, error) in places {
+        if jobs.len() >= limit || bytes >= request::LIST_PAGE_BYTES {
+            next = last.as_ref().map(Place::cursor);
+            break;
+        }
+        let entry = match (&place, error) {
+            (Place::Corrupt(id), error) => json!({"id": id, "corrupt": true, "error": error}),
+            // Read again: only the page's records are ever held whole. One that is gone or
+            // changed meanwhile is left out.
+            (Place::Job(_, id), _) => match crate::job::settle::load(&app.store, id) {
+                Ok(r) if wanted(&r) => serde_json::to_value(&r).unwrap_or_default(),
+                _ => continue,
+            },
+        };
+        let n = crate::api::app::json_len(&entry);
+        if !jobs.is_empty() && bytes + n > request::LIST_PAGE_BYTES {
+            next = last.as_ref().map(Place::cursor);
+            break;
+        }
+        bytes += n;
+        jobs.push(entry);
+        last = Some(place);
+    }
+    Ok(json!({ "jobs": jobs, "next": next }))
+}
+
+/// Calls `f` with every job folder's id and its record as [`crate::job::settle::load`] reads
+/// it (so a job whose supervisor is gone is settled), one at a time; folders removed
+/// meanwhile are skipped.
+pub(super) fn scan(app: &App, mut f: impl FnMut(JobId, Result<JobRecord>)) {
+    for id in app.store.ids() {
+        match crate::job::settle::load(&app.store, &id) {
+            Err(Error::NotFound(_)) => {}
+            loaded => f(id, loaded),
+        }
+    }
 }
 
 pub fn get(app: &App, call: &Call<'_>) -> Reply {
     let id = call.job()?;
     let wait = call
         .query
-        .seconds("waitSeconds", request::MAX_WAIT_SECONDS)?;
-    let rec = wait_end(app, &id, wait.unwrap_or(0.0))?;
+        .seconds("waitSeconds", request::MAX_WAIT_SECONDS)?
+        .unwrap_or(0.0);
+    let rec = crate::job::settle::load(&app.store, &id)?;
+    if wait <= 0.0 || rec.status.is_final() {
+        return Ok(app.store.view(&rec));
+    }
+    let _slot = app.wait_slot("read the job without waitSeconds")?;
+    let rec = wait_end(app, &id, wait)?;
     Ok(app.store.view(&rec))
 }
 

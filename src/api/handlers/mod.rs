@@ -63,6 +63,8 @@ pub type Reply = std::result::Result<Value, Failure>;
 pub struct Failure {
     pub err: Error,
     pub extra: serde_json::Map<String, Value>,
+    /// Close the connection after the answer (so that a refused client frees its place).
+    pub close: bool,
 }
 
 impl From<Error> for Failure {
@@ -70,6 +72,7 @@ impl From<Error> for Failure {
         Failure {
             err,
             extra: Default::default(),
+            close: false,
         }
     }
 }

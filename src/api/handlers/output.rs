@@ -23,6 +23,8 @@ pub fn page(app: &App, call: &Call<'_>) -> Reply {
         .unwrap_or(0.0);
     let deadline = Instant::now() + Duration::from_secs_f64(wait);
     let w = (wait > 0.0).then(|| app.hub.watch(&app.store.job_dir(&id), &id));
+    // Taken only once there is something to wait for.
+    let mut slot = None;
     loop {
         let seen = w.as_ref().map(|w| w.marks());
         // The record first: once it says "ended", all output is already on disk.
@@ -34,6 +36,9 @@ pub fn page(app: &App, call: &Call<'_>) -> Reply {
             || Instant::now() >= deadline
             || app.hub.stopping();
         if let (false, Some(w), Some(seen)) = (stop, &w, seen) {
+            if slot.is_none() {
+                slot = Some(app.wait_slot("read the page without waitSeconds")?);
+            }
             w.wait(seen, Kind::Any, deadline);
             continue;
         }

@@ -19,6 +19,8 @@ pub fn start(app: &App, call: &Call<'_>) -> Reply {
     let started = Instant::now();
     let key = call.idempotency_key()?;
     let b = request::preview_body(call.body, key)?;
+    // Waiting for the port holds the connection as a long-poll does.
+    let _slot = app.wait_slot("call again later")?;
     let deadline = started + Duration::from_secs_f64(b.wait_seconds);
     let port = b.port;
     let ready = |left: Duration| probe::ready(port, &b.probe, left.min(Duration::from_secs(2)));

@@ -8,17 +8,15 @@ use serde_json::json;
 use super::{Call, Reply};
 use crate::api::app::App;
 use crate::model::Status;
-use crate::state::store::Listed;
 
 pub fn get(app: &App, _: &Call<'_>) -> Reply {
     let mut counts: BTreeMap<&str, usize> = Status::ALL.iter().map(|s| (s.as_str(), 0)).collect();
     let mut corrupt = 0;
-    for l in crate::job::settle::list(&app.store) {
-        match l {
-            Listed::Job(r) => *counts.entry(r.status.as_str()).or_default() += 1,
-            Listed::Corrupt { .. } => corrupt += 1,
-        }
-    }
+    // One record at a time: counting holds none of them.
+    super::jobs::scan(app, |_, loaded| match loaded {
+        Ok(r) => *counts.entry(r.status.as_str()).or_default() += 1,
+        Err(_) => corrupt += 1,
+    });
     let mut jobs = serde_json::to_value(counts).unwrap_or_default();
     jobs["corrupt"] = corrupt.into();
     let s = &app.sandbox;

@@ -1,15 +1,17 @@
 //! The accept loop and each connection's loop: keep-alive and pipelining, the connection
-//! cap, and the order of a request's steps (head, handler check, body, handler, response).
+//! cap (and whom to close to stay under it), and the order of a request's steps (head,
+//! handler check, body, handler, response).
 
+use std::collections::HashMap;
 use std::io::{self, BufReader, Read, Write};
 use std::net::Shutdown;
 use std::os::fd::BorrowedFd;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::body::{Framing, framing, read_body};
-use super::encode::encode;
+use super::encode::{encode, write_response};
 use super::head::{Head, parse_head, read_head};
 use super::net::{Listener, Stream};
 use super::{Fault, Handler, Request, Response};
@@ -23,15 +25,17 @@ pub struct Limits {
     pub max_head: usize,
     /// Most header lines in one request.
     pub max_headers: usize,
-    /// Most connections open at once; more are answered 429 and closed.
+    /// Most connections open at once. At the cap, a new connection takes the place of an
+    /// idle one (see `Table::victim`); when none is idle it is answered 429 and closed.
     pub max_connections: usize,
     /// How long a kept-alive connection may sit idle before the next request starts.
     pub idle_timeout: Duration,
-    /// How long a client may take to send a whole head, from its first byte.
+    /// How long a client may take to send a whole head: the first one from the accept,
+    /// later ones from their first byte.
     pub head_timeout: Duration,
     /// How long a client may take to send a whole body, from the end of its head.
     pub body_timeout: Duration,
-    /// How long writing one response may block on a client that does not read.
+    /// How long writing one response may take in all, however slowly the client reads.
     pub write_timeout: Duration,
     /// Stack size of connection threads.
     pub stack_size: usize,
@@ -59,35 +63,177 @@ impl Default for Limits {
 /// so the connection can stay open.
 const SKIPPABLE_BODY: u64 = 64 << 10;
 
+/// A kept-alive connection is not closed to admit another until it has been idle this
+/// long: a client usually sends its next request right after an answer.
+const KEEP_ALIVE_GRACE: Duration = Duration::from_secs(1);
+
 /// Shared state between the accept loop and connection threads.
 #[derive(Default)]
 pub struct State {
     /// Set once the server stops accepting: connections close after their current response.
     pub stopping: AtomicBool,
-    /// Open connections.
-    pub open: AtomicUsize,
     /// Connections in the middle of a request.
     pub busy: AtomicUsize,
+    /// Every open connection.
+    table: Mutex<Table>,
 }
 
-/// One in a counter for as long as it lives.
-struct Count<'a>(&'a AtomicUsize);
-
-impl<'a> Count<'a> {
-    fn new(c: &'a AtomicUsize) -> Count<'a> {
-        c.fetch_add(1, Ordering::SeqCst);
-        Count(c)
+impl State {
+    /// Open connections, those being closed included.
+    pub fn open(&self) -> usize {
+        self.table().conns.len()
     }
 
-    /// Takes over one that was already added.
-    fn counted(c: &'a AtomicUsize) -> Count<'a> {
-        Count(c)
+    fn table(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-impl Drop for Count<'_> {
+/// The open connections, so that the accept loop can choose one to close at the cap.
+#[derive(Default)]
+struct Table {
+    next: u64,
+    conns: HashMap<u64, Slot>,
+    /// How many of `conns` were shed and are closing.
+    shed: usize,
+}
+
+struct Slot {
+    /// A second handle on the connection's socket, to shut it down from outside.
+    stream: Stream,
+    phase: Phase,
+    /// When `phase` began.
+    since: Instant,
+    /// Some request on it carried valid credentials.
+    trusted: bool,
+    /// Closed to admit another; its thread stops at its next step.
+    shed: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Accepted; its first head is not complete yet.
+    New,
+    /// Between requests (kept alive).
+    Idle,
+    /// A request is being read, handled or answered: before its head is checked, or after
+    /// it proved valid credentials.
+    Busy,
+    /// A request without valid credentials (refused, or to a public route) is being
+    /// answered: its body skipped, its answer written. Only a client that trickles or does
+    /// not read makes this last.
+    Public,
+}
+
+impl Table {
+    fn live(&self) -> usize {
+        self.conns.len() - self.shed
+    }
+
+    fn add(&mut self, stream: Stream, now: Instant) -> u64 {
+        self.next += 1;
+        self.conns.insert(
+            self.next,
+            Slot {
+                stream,
+                phase: Phase::New,
+                since: now,
+                trusted: false,
+                shed: false,
+            },
+        );
+        self.next
+    }
+
+    fn remove(&mut self, id: u64) {
+        if self.conns.remove(&id).is_some_and(|s| s.shed) {
+            self.shed -= 1;
+        }
+    }
+
+    /// Moves a connection to `phase`; false if it was shed (its thread should stop).
+    fn set(&mut self, id: u64, phase: Phase) -> bool {
+        match self.conns.get_mut(&id) {
+            Some(s) if !s.shed => {
+                s.phase = phase;
+                s.since = Instant::now();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Records what a checked request proved: valid credentials mark the connection
+    /// trusted; without them it is [`Phase::Public`] until answered. False if it was shed.
+    fn checked(&mut self, id: u64, trusted: bool) -> bool {
+        if !trusted {
+            return self.set(id, Phase::Public);
+        }
+        match self.conns.get_mut(&id) {
+            Some(s) if !s.shed => {
+                s.trusted = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The connection to close so that a new one may open. First one that has not sent a
+    /// whole head since it was accepted (silent, or trickling one), or that has taken over
+    /// [`KEEP_ALIVE_GRACE`] to be answered without valid credentials (trickling a refused
+    /// body, or not reading), the longest waiting first; else one kept alive and idle for
+    /// [`KEEP_ALIVE_GRACE`], one that never authenticated before one that did, the longest
+    /// idle first. Never one in the middle of an authenticated request, nor one whose next
+    /// bytes have arrived but are not read yet.
+    fn victim(&self, now: Instant) -> Option<u64> {
+        let mut idle: Vec<(bool, bool, Instant, u64)> = self
+            .conns
+            .iter()
+            .filter(|(_, s)| {
+                let waited = now.duration_since(s.since) >= KEEP_ALIVE_GRACE;
+                !s.shed
+                    && match s.phase {
+                        Phase::New => true,
+                        Phase::Idle | Phase::Public => waited,
+                        Phase::Busy => false,
+                    }
+            })
+            .map(|(&id, s)| (s.phase == Phase::Idle, s.trusted, s.since, id))
+            .collect();
+        idle.sort_unstable();
+        idle.into_iter()
+            .map(|(.., id)| id)
+            .find(|id| !self.conns[id].stream.has_input())
+    }
+
+    /// Closes a connection to admit another: a 429 (it may be about to send a request),
+    /// then a shutdown, which wakes its thread from its read. Returns the answer, to be
+    /// logged once the table is unlocked.
+    fn shed<H: Handler>(&mut self, id: u64, handler: &H) -> Option<Response> {
+        let s = self.conns.get_mut(&id)?;
+        s.shed = true;
+        self.shed += 1;
+        let mut resp = handler.fault(&Fault::Busy(
+            "the server is at its connection limit and closed this idle connection to admit another; retry shortly".into(),
+        ));
+        resp.close = true;
+        // Non-blocking: the answer fits an empty send buffer, or is dropped.
+        let _ = s.stream.set_nonblocking();
+        let _ = (&s.stream).write(&encode(&resp, 1));
+        s.stream.shutdown(Shutdown::Both);
+        Some(resp)
+    }
+}
+
+/// Takes a connection out of the table when its thread ends.
+struct Listed<'a> {
+    state: &'a State,
+    id: u64,
+}
+
+impl Drop for Listed<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        self.state.table().remove(self.id);
     }
 }
 
@@ -136,7 +282,14 @@ pub fn run<H: Handler>(
             }
             Err(e) => return Err(e),
         };
-        if state.open.load(Ordering::SeqCst) >= limits.max_connections {
+        let now = Instant::now();
+        let mut table = state.table();
+        let full = table.live() >= limits.max_connections;
+        let victim = if full { table.victim(now) } else { None };
+        // Connections being shed still hold their sockets for a moment: bound those too.
+        let closing_room = table.conns.len() < limits.max_connections + 64;
+        if full && (victim.is_none() || !closing_room) {
+            drop(table);
             refuse(
                 stream,
                 &*handler,
@@ -147,22 +300,27 @@ pub fn run<H: Handler>(
             );
             continue;
         }
+        let shed = victim.and_then(|v| table.shed(v, &*handler));
+        // Listed before the thread starts so a burst cannot overshoot the cap.
+        let id = table.add(stream.clone(), now);
+        drop(table);
+        if let Some(resp) = shed {
+            handler.done(None, &resp, Duration::ZERO);
+        }
         let (h, l, s) = (
             Arc::clone(&handler),
             Arc::clone(&limits),
             Arc::clone(&state),
         );
-        // Counted before the thread starts so a burst cannot overshoot the cap.
-        state.open.fetch_add(1, Ordering::SeqCst);
         let spawned = std::thread::Builder::new()
             .name("conn".into())
             .stack_size(limits.stack_size)
             .spawn(move || {
-                let _open = Count::counted(&s.open);
-                connection(stream, &*h, &l, &s);
+                let listed = Listed { state: &s, id };
+                connection(stream, listed, now, &*h, &l);
             });
         if let Err(e) = spawned {
-            state.open.fetch_sub(1, Ordering::SeqCst);
+            state.table().remove(id);
             let _ = writeln!(
                 io::stderr().lock(),
                 "{}",
@@ -207,31 +365,60 @@ fn refuse<H: Handler>(stream: Stream, handler: &H, fault: Fault) {
     handler.done(None, &resp, Duration::ZERO);
 }
 
-fn connection<H: Handler>(stream: Stream, handler: &H, limits: &Limits, state: &State) {
-    let _ = stream.set_write_timeout(limits.write_timeout);
+/// One in a counter for as long as it lives.
+struct Count<'a>(&'a AtomicUsize);
+
+impl<'a> Count<'a> {
+    fn new(c: &'a AtomicUsize) -> Count<'a> {
+        c.fetch_add(1, Ordering::SeqCst);
+        Count(c)
+    }
+}
+
+impl Drop for Count<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn connection<H: Handler>(
+    stream: Stream,
+    listed: Listed<'_>,
+    accepted: Instant,
+    handler: &H,
+    limits: &Limits,
+) {
+    let state = listed.state;
     let mut r = BufReader::with_capacity(16 << 10, stream);
+    // The first head is due `head_timeout` after the accept, not after its first byte.
+    let mut head_by = Some(accepted + limits.head_timeout);
     loop {
-        let raw = match read_head(&mut r, limits) {
+        let read = read_head(&mut r, limits, head_by.take());
+        let started = Instant::now();
+        // A connection shed meanwhile drops what it read: the table has given its place away.
+        if !state.table().set(listed.id, Phase::Busy) {
+            return;
+        }
+        let raw = match read {
             Ok(Some(raw)) => raw,
             Ok(None) => return,
             Err(fault) => {
-                let _ = respond_fault(&mut r, handler, None, fault, Instant::now());
+                let _ = respond_fault(&mut r, handler, None, fault, started, limits);
                 return;
             }
         };
-        let started = Instant::now();
         let _busy = Count::new(&state.busy);
         let head = match parse_head(&raw, limits.max_headers) {
             Ok(h) => h,
             Err(fault) => {
-                let _ = respond_fault(&mut r, handler, None, fault, started);
+                let _ = respond_fault(&mut r, handler, None, fault, started, limits);
                 return;
             }
         };
         let framing = match framing(&head, limits.max_body) {
             Ok(f) => f,
             Err(fault) => {
-                let _ = respond_fault(&mut r, handler, Some(&head), fault, started);
+                let _ = respond_fault(&mut r, handler, Some(&head), fault, started, limits);
                 return;
             }
         };
@@ -242,6 +429,9 @@ fn connection<H: Handler>(stream: Stream, handler: &H, limits: &Limits, state: &
         let admitted = match handler.check(&head) {
             Ok(a) => a,
             Err(resp) => {
+                if !state.table().checked(listed.id, false) {
+                    return;
+                }
                 // A small body is skipped to keep the connection; a larger one is left unread
                 // (that is the point of checking first), and an unread body would be taken for
                 // the next request, so the connection closes. A client waiting for
@@ -253,27 +443,32 @@ fn connection<H: Handler>(stream: Stream, handler: &H, limits: &Limits, state: &
                     }
                     _ => true,
                 };
-                if !finish(
-                    &mut r,
+                let out = Out {
                     handler,
-                    &head,
-                    resp,
-                    close || unread,
-                    unread,
+                    limits,
                     started,
-                ) {
+                };
+                if !out.finish(&mut r, &head, resp, close || unread, unread)
+                    || !state.table().set(listed.id, Phase::Idle)
+                {
                     return;
                 }
                 continue;
             }
         };
+        if !state.table().checked(listed.id, handler.trusted(&admitted)) {
+            return;
+        }
         if expects_continue && framing != Framing::None {
-            let _ = r.get_mut().write_all(b"HTTP/1.1 100 Continue\r\n\r\n");
+            let _ = r.get_ref().write_all_by(
+                b"HTTP/1.1 100 Continue\r\n\r\n",
+                Instant::now() + limits.write_timeout,
+            );
         }
         let body = match read_body(&mut r, framing, limits) {
             Ok(b) => b,
             Err(fault) => {
-                let _ = respond_fault(&mut r, handler, Some(&head), fault, started);
+                let _ = respond_fault(&mut r, handler, Some(&head), fault, started, limits);
                 return;
             }
         };
@@ -292,30 +487,46 @@ fn connection<H: Handler>(stream: Stream, handler: &H, limits: &Limits, state: &
             }
         };
         let close = close || resp.close || state.stopping.load(Ordering::SeqCst);
-        if !finish(&mut r, handler, &head, resp, close, false, started) {
+        let out = Out {
+            handler,
+            limits,
+            started,
+        };
+        if !out.finish(&mut r, &head, resp, close, false)
+            || !state.table().set(listed.id, Phase::Idle)
+        {
             return;
         }
     }
 }
 
-/// Writes a response and logs it; false when the connection is done.
-fn finish<H: Handler>(
-    r: &mut BufReader<Stream>,
-    handler: &H,
-    head: &Head,
-    mut resp: Response,
-    close: bool,
-    unread_body: bool,
+/// Where a response goes out: the handler (for the log), the limits, the request's start.
+struct Out<'a, H> {
+    handler: &'a H,
+    limits: &'a Limits,
     started: Instant,
-) -> bool {
-    resp.close = close;
-    let ok = r.get_mut().write_all(&encode(&resp, head.minor)).is_ok();
-    handler.done(Some(head), &resp, started.elapsed());
-    if !ok || close {
-        linger_close(r, unread_body);
-        return false;
+}
+
+impl<H: Handler> Out<'_, H> {
+    /// Writes a response (within the write timeout) and logs it; false when the connection
+    /// is done.
+    fn finish(
+        &self,
+        r: &mut BufReader<Stream>,
+        head: &Head,
+        mut resp: Response,
+        close: bool,
+        unread_body: bool,
+    ) -> bool {
+        resp.close = close;
+        let ok = send(r, &resp, head.minor, self.limits).is_ok();
+        self.handler.done(Some(head), &resp, self.started.elapsed());
+        if !ok || close {
+            linger_close(r, unread_body);
+            return false;
+        }
+        true
     }
-    true
 }
 
 fn respond_fault<H: Handler>(
@@ -324,15 +535,20 @@ fn respond_fault<H: Handler>(
     head: Option<&Head>,
     fault: Fault,
     started: Instant,
+    limits: &Limits,
 ) -> io::Result<()> {
     let mut resp = handler.fault(&fault);
     resp.close = true;
-    let res = r
-        .get_mut()
-        .write_all(&encode(&resp, head.map_or(1, |h| h.minor)));
+    let res = send(r, &resp, head.map_or(1, |h| h.minor), limits);
     handler.done(head, &resp, started.elapsed());
     linger_close(r, !matches!(fault, Fault::TooSlow(_)));
     res
+}
+
+/// Writes a response within the write timeout, counted for the whole response.
+fn send(r: &BufReader<Stream>, resp: &Response, minor: u8, limits: &Limits) -> io::Result<()> {
+    let by = Instant::now() + limits.write_timeout;
+    write_response(resp, minor, |b| r.get_ref().write_all_by(b, by))
 }
 
 /// Closes after an error response. When the client may still be sending (a refused body),
@@ -353,4 +569,95 @@ fn linger_close(r: &mut BufReader<Stream>, drain: bool) {
         }
     }
     s.shutdown(Shutdown::Both);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+
+    /// A table entry over one end of a socket pair (the other end is returned, to write to).
+    fn add(t: &mut Table, phase: Phase, since: Instant, trusted: bool) -> (u64, UnixStream) {
+        let (a, b) = UnixStream::pair().unwrap();
+        let id = t.add(Stream::from_unix(a), since);
+        let s = t.conns.get_mut(&id).unwrap();
+        s.phase = phase;
+        s.trusted = trusted;
+        (id, b)
+    }
+
+    #[test]
+    fn at_the_cap_idle_connections_give_way_in_order() {
+        let now = Instant::now();
+        let ago = |ms: u64| now - Duration::from_millis(ms);
+        let mut t = Table::default();
+        let (_busy, _b0) = add(&mut t, Phase::Busy, ago(60_000), true);
+        let (_answering, _b6) = add(&mut t, Phase::Public, ago(100), false);
+        let (stuck, _b7) = add(&mut t, Phase::Public, ago(3_000), false);
+        let (_fresh_idle, _b1) = add(&mut t, Phase::Idle, ago(100), false);
+        let (trusted_idle, _b2) = add(&mut t, Phase::Idle, ago(5_000), true);
+        let (idle, _b3) = add(&mut t, Phase::Idle, ago(2_000), false);
+        let (new, _b4) = add(&mut t, Phase::New, ago(10), false);
+        let (older_new, mut b5) = add(&mut t, Phase::New, ago(500), false);
+        // Not sent a whole head since the accept, or stuck being refused, the longest
+        // waiting first; but not one whose bytes have arrived and wait to be read.
+        b5.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+        assert_eq!(t.victim(now), Some(stuck));
+        t.conns.remove(&stuck);
+        assert_eq!(t.victim(now), Some(new));
+        t.conns.remove(&new);
+        // Once read, its head is no excuse (it may trickle it).
+        let mut buf = [0u8; 64];
+        let _ = t.conns[&older_new].stream.clone().read(&mut buf).unwrap();
+        assert_eq!(t.victim(now), Some(older_new));
+        t.conns.remove(&older_new);
+        // Then kept-alive ones idle past the grace, those that never authenticated first.
+        assert_eq!(t.victim(now), Some(idle));
+        t.conns.remove(&idle);
+        assert_eq!(t.victim(now), Some(trusted_idle));
+        t.conns.remove(&trusted_idle);
+        // Never one in the middle of an authenticated request, nor one just answered or
+        // being answered.
+        assert_eq!(t.victim(now), None);
+    }
+
+    #[test]
+    fn a_shed_connection_is_told_and_closed_and_its_thread_stops() {
+        struct H;
+        impl Handler for H {
+            type Admitted = ();
+            fn check(&self, _: &Head) -> Result<(), Response> {
+                Ok(())
+            }
+            fn trusted(&self, _: &()) -> bool {
+                false
+            }
+            fn handle(&self, _: (), _: Request) -> Response {
+                unreachable!()
+            }
+            fn fault(&self, _: &Fault) -> Response {
+                Response {
+                    status: 429,
+                    headers: vec![],
+                    body: b"busy".to_vec(),
+                    close: false,
+                    route: "",
+                    job_id: None,
+                }
+            }
+            fn done(&self, _: Option<&Head>, _: &Response, _: Duration) {}
+        }
+        let mut t = Table::default();
+        let (id, mut peer) = add(&mut t, Phase::New, Instant::now(), false);
+        assert_eq!(t.live(), 1);
+        assert_eq!(t.shed(id, &H).unwrap().status, 429);
+        assert_eq!((t.live(), t.conns.len()), (0, 1));
+        let mut got = String::new();
+        peer.read_to_string(&mut got).unwrap();
+        assert!(got.starts_with("HTTP/1.1 429 ") && got.contains("Connection: close"));
+        // Its thread learns it at its next step, and leaves the table.
+        assert!(!t.set(id, Phase::Busy));
+        t.remove(id);
+        assert_eq!((t.live(), t.conns.len(), t.shed), (0, 0, 0));
+    }
 }

@@ -29,7 +29,32 @@ pub fn reason(status: u16) -> &'static str {
 /// Serializes a response: status line, headers and body in one buffer, so it leaves in one
 /// write.
 pub fn encode(resp: &Response, minor: u8) -> Vec<u8> {
-    let mut out = Vec::with_capacity(160 + resp.body.len());
+    let mut out = encode_head(resp, minor, resp.body.len());
+    out.extend_from_slice(&resp.body);
+    out
+}
+
+/// Bodies up to this size are copied behind the head to leave in one write; a larger one
+/// is written from where it is, so that a response is never held twice.
+const COPIED_BODY: usize = 64 << 10;
+
+/// Writes a response with `write` (called once for a small response, twice for a large
+/// one: the head, then the body).
+pub(super) fn write_response(
+    resp: &Response,
+    minor: u8,
+    mut write: impl FnMut(&[u8]) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    if resp.body.len() <= COPIED_BODY {
+        return write(&encode(resp, minor));
+    }
+    write(&encode_head(resp, minor, 0))?;
+    write(&resp.body)
+}
+
+/// The status line and headers, with room for `extra` more bytes.
+fn encode_head(resp: &Response, minor: u8, extra: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(160 + extra);
     let _ = write!(
         out,
         "HTTP/1.1 {} {}\r\nContent-Length: {}\r\n",
@@ -46,7 +71,6 @@ pub fn encode(resp: &Response, minor: u8) -> Vec<u8> {
         out.extend_from_slice(b"Connection: keep-alive\r\n");
     }
     out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(&resp.body);
     out
 }
 
@@ -68,5 +92,28 @@ mod tests {
             String::from_utf8(encode(&resp, 1)).unwrap(),
             "HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n{}"
         );
+    }
+
+    #[test]
+    fn a_large_body_is_written_after_its_head_not_copied() {
+        let resp = |n: usize| Response {
+            status: 200,
+            headers: vec![],
+            body: vec![b'x'; n],
+            close: false,
+            route: "",
+            job_id: None,
+        };
+        for (n, writes) in [(10, 1), (COPIED_BODY, 1), (COPIED_BODY + 1, 2)] {
+            let r = resp(n);
+            let mut parts: Vec<Vec<u8>> = Vec::new();
+            write_response(&r, 1, |b| {
+                parts.push(b.to_vec());
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(parts.len(), writes, "{n}");
+            assert_eq!(parts.concat(), encode(&r, 1), "{n}");
+        }
     }
 }

@@ -55,20 +55,34 @@ impl Head {
 }
 
 /// Reads one request head (up to and including the blank line). `None` when the client
-/// closed or stayed idle between requests, which ends the connection quietly.
+/// closed, or sent nothing at all in time, which ends the connection quietly.
+///
+/// `head_by` is the deadline of the whole head when its clock already runs: a new
+/// connection's first head is due `head_timeout` after the accept, so a socket that never
+/// sends a byte is closed then. Without it (a kept-alive connection between requests) the
+/// client has `idle_timeout` to begin, and `head_timeout` from its first byte.
 pub(super) fn read_head(
     r: &mut BufReader<Stream>,
     limits: &Limits,
+    head_by: Option<Instant>,
 ) -> Result<Option<Vec<u8>>, Fault> {
     let mut buf: Vec<u8> = Vec::new();
-    let mut deadline: Option<Instant> = None;
+    let mut deadline: Option<Instant> = head_by;
+    // Out of time: a head begun is answered `timeout`; silence is simply closed.
+    let late = |buf: &Vec<u8>| {
+        if buf.is_empty() {
+            Ok(None)
+        } else {
+            Err(slow_head(limits))
+        }
+    };
     loop {
         let wait = match deadline {
             None => limits.idle_timeout,
             Some(d) => d.saturating_duration_since(Instant::now()),
         };
         if wait.is_zero() {
-            return Err(slow_head(limits));
+            return late(&buf);
         }
         if r.buffer().is_empty() {
             let _ = r.get_ref().set_read_timeout(wait);
@@ -76,12 +90,7 @@ pub(super) fn read_head(
         let avail = match r.fill_buf() {
             Ok(b) => b,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) if is_timeout(&e) => {
-                return match deadline {
-                    None => Ok(None),
-                    Some(_) => Err(slow_head(limits)),
-                };
-            }
+            Err(e) if is_timeout(&e) => return late(&buf),
             Err(_) => return Ok(None),
         };
         if avail.is_empty() {

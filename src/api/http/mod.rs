@@ -2,7 +2,9 @@
 //! pipelining, `Content-Length` and chunked request bodies, and a bound on everything a
 //! client controls: head size and header count, the time to send a head, the time to send a
 //! body, the body's size (checked up front and while reading a chunked stream), the number
-//! of connections, and the time a response may take to be read.
+//! of connections, and the time a response may take to be read. At the connection cap, an
+//! idle connection (silent since its accept, or kept alive with nothing to say) gives its
+//! place to a new one, so that idle sockets alone can never shut clients out.
 //!
 //! Our own, not tiny_http: that crate cannot bound head size, read times or connections.
 //! It knows nothing of routes or JSON (those live in [`super::routes`]), and is laid out as
@@ -71,6 +73,9 @@ pub trait Handler: Send + Sync + 'static {
     /// Looks at a head before its body is read; `Err` answers the request without reading
     /// the body (so an unauthenticated client never uploads 8 MiB).
     fn check(&self, head: &Head) -> Result<Self::Admitted, Response>;
+    /// True if an admitted request carried valid credentials: at the connection cap, the
+    /// connections of such clients are closed last.
+    fn trusted(&self, admitted: &Self::Admitted) -> bool;
     /// Answers a whole request that [`Handler::check`] admitted.
     fn handle(&self, admitted: Self::Admitted, req: Request) -> Response;
     /// Renders an HTTP-level fault.

@@ -5,6 +5,7 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A bound listening socket.
@@ -48,12 +49,12 @@ impl Listener {
                 // One write per response already; this keeps small responses from waiting
                 // on a delayed ACK.
                 let _ = s.set_nodelay(true);
-                Ok(Stream::Tcp(s))
+                Ok(Stream(Arc::new(Socket::Tcp(s))))
             }
             Listener::Unix(l, _) => {
                 let (s, _) = l.accept()?;
                 s.set_nonblocking(false)?;
-                Ok(Stream::Unix(s))
+                Ok(Stream(Arc::new(Socket::Unix(s))))
             }
         }
     }
@@ -67,8 +68,12 @@ impl Drop for Listener {
     }
 }
 
-/// A client connection.
-pub enum Stream {
+/// A client connection. Cloning it shares the one socket: the server's connection table
+/// keeps a clone, so that it can close a connection its thread is blocked reading.
+#[derive(Clone)]
+pub struct Stream(Arc<Socket>);
+
+enum Socket {
     Tcp(TcpStream),
     Unix(UnixStream),
 }
@@ -77,50 +82,106 @@ impl Stream {
     pub(super) fn set_read_timeout(&self, d: Duration) -> io::Result<()> {
         // std refuses a zero timeout; the smallest real one ends the wait just as well.
         let d = Some(d.max(Duration::from_millis(1)));
-        match self {
-            Stream::Tcp(s) => s.set_read_timeout(d),
-            Stream::Unix(s) => s.set_read_timeout(d),
+        match &*self.0 {
+            Socket::Tcp(s) => s.set_read_timeout(d),
+            Socket::Unix(s) => s.set_read_timeout(d),
         }
     }
 
     pub(super) fn set_write_timeout(&self, d: Duration) -> io::Result<()> {
         let d = Some(d.max(Duration::from_millis(1)));
-        match self {
-            Stream::Tcp(s) => s.set_write_timeout(d),
-            Stream::Unix(s) => s.set_write_timeout(d),
+        match &*self.0 {
+            Socket::Tcp(s) => s.set_write_timeout(d),
+            Socket::Unix(s) => s.set_write_timeout(d),
         }
     }
 
     pub(super) fn set_nonblocking(&self) -> io::Result<()> {
-        match self {
-            Stream::Tcp(s) => s.set_nonblocking(true),
-            Stream::Unix(s) => s.set_nonblocking(true),
+        match &*self.0 {
+            Socket::Tcp(s) => s.set_nonblocking(true),
+            Socket::Unix(s) => s.set_nonblocking(true),
         }
     }
 
     pub(super) fn shutdown(&self, how: Shutdown) {
-        let _ = match self {
-            Stream::Tcp(s) => s.shutdown(how),
-            Stream::Unix(s) => s.shutdown(how),
+        let _ = match &*self.0 {
+            Socket::Tcp(s) => s.shutdown(how),
+            Socket::Unix(s) => s.shutdown(how),
         };
+    }
+
+    /// True when the client has sent bytes not read yet (or closed its side).
+    pub(super) fn has_input(&self) -> bool {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        let mut fds = [PollFd::new(self.as_fd(), PollFlags::POLLIN)];
+        poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| n > 0)
+    }
+
+    /// Writes all of `buf` by `deadline`: a client that reads too slowly, or not at all,
+    /// gets a timeout error instead of holding the writer (and `buf`) for as long as it
+    /// likes, whatever the pace of its reads.
+    pub(super) fn write_all_by(
+        &self,
+        mut buf: &[u8],
+        deadline: std::time::Instant,
+    ) -> io::Result<()> {
+        while !buf.is_empty() {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(io::ErrorKind::TimedOut.into());
+            }
+            self.set_write_timeout(left)?;
+            match (&*self).write(buf) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => buf = &buf[n..],
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+impl Stream {
+    pub(super) fn from_unix(s: UnixStream) -> Stream {
+        Stream(Arc::new(Socket::Unix(s)))
+    }
+}
+
+impl AsFd for Stream {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match &*self.0 {
+            Socket::Tcp(s) => s.as_fd(),
+            Socket::Unix(s) => s.as_fd(),
+        }
     }
 }
 
 impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.read(buf),
-            Stream::Unix(s) => s.read(buf),
+        match &*self.0 {
+            Socket::Tcp(s) => (&*s).read(buf),
+            Socket::Unix(s) => (&*s).read(buf),
         }
+    }
+}
+
+impl Write for &Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match &*self.0 {
+            Socket::Tcp(s) => (&*s).write(buf),
+            Socket::Unix(s) => (&*s).write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }
 
 impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Tcp(s) => s.write(buf),
-            Stream::Unix(s) => s.write(buf),
-        }
+        (&*self).write(buf)
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
@@ -133,4 +194,53 @@ pub(super) fn is_timeout(e: &io::Error) -> bool {
         e.kind(),
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    fn pair() -> (Stream, UnixStream) {
+        let (a, b) = UnixStream::pair().unwrap();
+        (Stream::from_unix(a), b)
+    }
+
+    #[test]
+    fn a_write_gives_up_at_its_deadline_however_the_reader_trickles() {
+        let (s, mut peer) = pair();
+        // The peer reads a little now and then: each write makes progress, so only a
+        // deadline for the whole response ends it.
+        let reader = std::thread::spawn(move || {
+            let mut buf = [0u8; 1024];
+            let mut got = 0;
+            while let Ok(n) = peer.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                got += n;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            got
+        });
+        let big = vec![b'x'; 64 << 20];
+        let t = Instant::now();
+        let r = s.write_all_by(&big, t + Duration::from_millis(300));
+        assert!(r.as_ref().is_err_and(is_timeout), "{r:?}");
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        s.shutdown(Shutdown::Both);
+        assert!(reader.join().unwrap() < big.len());
+    }
+
+    #[test]
+    fn pending_input_is_seen_without_reading_it() {
+        let (s, mut peer) = pair();
+        assert!(!s.has_input());
+        peer.write_all(b"GET").unwrap();
+        assert!(s.has_input());
+        let mut buf = [0u8; 8];
+        let mut reading = s.clone();
+        assert_eq!(reading.read(&mut buf).unwrap(), 3);
+        assert!(!s.has_input());
+    }
 }

@@ -17,7 +17,9 @@ use crate::model::error::{Error, Result};
 use crate::model::spec::StartRequest;
 use crate::os::probe::Probe;
 
+mod cursor;
 mod unknown;
+pub use cursor::Place;
 use unknown::{FIELD, QUERY_PARAMETER, unknown_names};
 
 /// `waitSeconds` when a start request gives none.
@@ -26,8 +28,14 @@ pub const DEFAULT_WAIT_SECONDS: f64 = 30.0;
 pub const MAX_WAIT_SECONDS: f64 = 600.0;
 /// The longest, and default, wait for a preview.
 pub const MAX_PREVIEW_WAIT_SECONDS: f64 = 60.0;
-/// The largest `limit` of a job listing.
-pub const MAX_LIST_LIMIT: usize = 100_000;
+/// The `limit` of a job listing page when none is given.
+pub const DEFAULT_LIST_LIMIT: usize = 100;
+/// The largest `limit` of a job listing page.
+pub const MAX_LIST_LIMIT: usize = 1000;
+/// A job listing page ends once its records pass this many bytes of JSON (it always holds
+/// at least one), so that a page costs the server a bounded buffer however long the
+/// commands in the records are.
+pub const LIST_PAGE_BYTES: usize = 256 << 10;
 
 /// Decodes `%XX` escapes and `+` (a space, as forms send it); `None` for a broken escape or
 /// text that is not UTF-8.
