@@ -201,7 +201,7 @@ fn json_response(status: u16, v: &Value) -> Response {
 /// The length of a value's JSON text, without writing it anywhere.
 pub(super) fn json_len(v: &Value) -> usize {
     struct Count(usize);
-    impl Write for Count {
+    impl std::io::Write for Count {
         fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
             self.0 += b.len();
             Ok(b.len())
