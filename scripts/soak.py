@@ -259,8 +259,15 @@ def main():
         end_rss, end_fds = mem(srv.pid)
 
         # Every record final and consistent.
-        st, listing = cl.call("GET", f"/v1/jobs?limit={a.jobs + 100}")
-        by_id = {j.get("id"): j for j in listing.get("jobs", [])}
+        # The listing is paged: follow `next` to the end.
+        by_id, cursor = {}, None
+        while True:
+            q = "/v1/jobs?limit=1000" + (f"&cursor={cursor}" if cursor else "")
+            st, listing = cl.call("GET", q)
+            by_id.update({j.get("id"): j for j in listing.get("jobs", [])})
+            cursor = listing.get("next")
+            if not cursor:
+                break
         for jid, want in ids.items():
             j = by_id.get(jid)
             if not j or j.get("status") != want:
