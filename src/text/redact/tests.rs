@@ -1,6 +1,6 @@
 //! The redactor against an oracle that states the rule again the plain way (every spelling
-//! as a string, every start position, a search over the units), and against encoders
-//! written again here.
+//! as a string, every start position, a search over the units), against encoders written
+//! again here, and against test vectors from real encoders (`testdata/encodings.py`).
 
 use super::*;
 use proptest::prelude::*;
@@ -626,6 +626,30 @@ fn wrapped_lines_shorter_than_a_piece_are_not_an_occurrence() {
         oracle(&[secret.as_bytes()], text.as_bytes()).0,
         text.as_bytes()
     );
+}
+
+#[test]
+fn encodings_from_real_encoders_are_masked() {
+    let vectors = include_str!("../testdata/encodings.jsonl");
+    let mut count = 0;
+    for line in vectors.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let field = |k: &str| v[k].as_str().unwrap().as_bytes();
+        let (secret, text, expected) = (field("secret"), field("text"), field("expected"));
+        for sizes in [&[usize::MAX][..], &[1], &[7, 3], &[64]] {
+            let out = run_sized(&[secret], text, sizes);
+            assert!(
+                out == expected,
+                "{} of {:?}, reads of {sizes:?}:\n{}\nnot\n{}",
+                v["encoder"],
+                v["secret"],
+                String::from_utf8_lossy(&out),
+                String::from_utf8_lossy(expected),
+            );
+        }
+        count += 1;
+    }
+    assert!(count > 500, "{count} vectors");
 }
 
 #[test]
