@@ -1,7 +1,8 @@
 //! The sampled 4-gram index over the patterns of at least [`SAMPLED_MIN_LEN`] bytes (see
 //! the module doc).
 
-use super::spell::{Class, Pattern, WRAP_PIECE};
+use super::spell::{Class, Pattern, WRAP_PIECE, Walk, spelled_at};
+use std::collections::HashMap;
 
 /// Gram length of the index.
 const Q: usize = 4;
@@ -11,14 +12,31 @@ const Q: usize = 4;
 pub(super) const SAMPLED_MIN_LEN: usize = 8;
 
 /// Where an indexed gram can stand in an occurrence: it begins at byte `offset` of
-/// spelling `spelling` of unit `unit` of pattern `pattern`.
+/// spelling `spelling` of unit `unit` of pattern `pattern`, whose bytes are `text` in
+/// [`GramIndex::texts`].
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Entry {
     gram: u32,
+    offset: u16,
+    text: u32,
     pattern: u32,
     unit: u32,
     spelling: u16,
+}
+
+/// The entries that share a gram, an offset and a spelling's text: one comparison with the
+/// text checks them all. A gram inside an escape (`\u00` of `\u00e4`) is shared by every
+/// pattern with such a character.
+struct Group {
+    gram: u32,
     offset: u16,
+    text: u32,
+    /// Its entries are `anchors[first..]`, up to the next group's `first`.
+    first: u32,
+    /// The text's first 8 bytes as a word, `bits` the bits that must be as in it (hex
+    /// digits have both cases): one load and one comparison tell most texts apart.
+    head: u64,
+    bits: u64,
 }
 
 pub(super) struct GramIndex {
@@ -33,11 +51,14 @@ pub(super) struct GramIndex {
     filter: Vec<u64>,
     /// `filter.len() - 1` (the length is a power of two).
     word_mask: usize,
-    /// The entries whose gram falls in word `w` of `filter` are
-    /// `entries[starts[w]..starts[w + 1]]`.
+    /// The groups whose gram falls in word `w` of `filter` are
+    /// `groups[starts[w]..starts[w + 1]]` (and one more group ends the last).
     starts: Vec<u32>,
-    /// The grams each occurrence may show at the positions probed, grouped by filter word.
-    entries: Vec<Entry>,
+    groups: Vec<Group>,
+    /// `(pattern, unit, spelling)` of each entry, by group.
+    anchors: Vec<(u32, u32, u16)>,
+    /// The distinct spellings.
+    texts: Vec<Vec<Class>>,
 }
 
 impl GramIndex {
@@ -55,14 +76,22 @@ impl GramIndex {
             .map(|p| p.max_len - Q)
             .fold(stride - 1, usize::max);
         let mut entries = Vec::new();
+        let mut texts = Vec::new();
+        let mut text_ids = HashMap::new();
         for (pi, p) in patterns.iter().enumerate() {
             index_pattern(p, stride, &mut |gram, unit, spelling, offset| {
+                let sp = p.spelling(unit, spelling);
+                let text = *text_ids.entry(sp).or_insert_with(|| {
+                    texts.push(sp.to_vec());
+                    texts.len() as u32 - 1
+                });
                 entries.push(Entry {
                     gram,
+                    offset: offset as u16,
+                    text,
                     pattern: pi as u32,
                     unit: unit as u32,
                     spelling: spelling as u16,
-                    offset: offset as u16,
                 });
             });
         }
@@ -76,14 +105,39 @@ impl GramIndex {
         entries.dedup();
         let mut filter = vec![0u64; words];
         let mut starts = vec![0u32; words + 1];
+        let mut groups: Vec<Group> = Vec::new();
+        let mut anchors = Vec::with_capacity(entries.len());
         for e in &entries {
             let (w, a, b) = slot(e.gram, word_mask);
             filter[w] |= 1 << a | 1 << b;
-            starts[w + 1] += 1;
+            let same = groups
+                .last()
+                .is_some_and(|g| (g.gram, g.offset, g.text) == (e.gram, e.offset, e.text));
+            if !same {
+                let (head, bits) = head_of(&texts[e.text as usize]);
+                groups.push(Group {
+                    gram: e.gram,
+                    offset: e.offset,
+                    text: e.text,
+                    first: anchors.len() as u32,
+                    head,
+                    bits,
+                });
+                starts[w + 1] += 1;
+            }
+            anchors.push((e.pattern, e.unit, e.spelling));
         }
         for w in 0..words {
             starts[w + 1] += starts[w];
         }
+        groups.push(Group {
+            gram: 0,
+            offset: 0,
+            text: 0,
+            first: anchors.len() as u32,
+            head: 0,
+            bits: 0,
+        });
         GramIndex {
             patterns,
             stride,
@@ -91,12 +145,20 @@ impl GramIndex {
             filter,
             word_mask,
             starts,
-            entries,
+            groups,
+            anchors,
+            texts,
         }
     }
 
     /// Pushes the span of every occurrence that starts before `limit`.
-    pub(super) fn find(&self, hay: &[u8], limit: usize, found: &mut Vec<(usize, usize)>) {
+    pub(super) fn find(
+        &self,
+        hay: &[u8],
+        limit: usize,
+        walk: &mut Walk,
+        found: &mut Vec<(usize, usize)>,
+    ) {
         if hay.len() < Q || limit == 0 {
             return;
         }
@@ -111,33 +173,46 @@ impl GramIndex {
             // Two branches: the second is reached only on the rare probes that pass the
             // first, so most probes cost a single well-predicted one.
             if word & 1 << a != 0 && word & 1 << b != 0 {
-                self.verify(hay, j, gram, w, limit, found);
+                self.verify(hay, (j, gram, w), limit, walk, found);
             }
             j += self.stride;
         }
     }
 
-    /// Checks the entries of filter word `w` whose gram is the one at `j`.
+    /// Checks the groups of filter word `w` whose gram is the one at `j`.
     #[cold]
     fn verify(
         &self,
         hay: &[u8],
-        j: usize,
-        gram: u32,
-        w: usize,
+        (j, gram, w): (usize, u32, usize),
         limit: usize,
+        walk: &mut Walk,
         found: &mut Vec<(usize, usize)>,
     ) {
-        let bucket = &self.entries[self.starts[w] as usize..self.starts[w + 1] as usize];
-        for e in bucket {
-            if e.gram != gram {
+        let (first, end) = (self.starts[w] as usize, self.starts[w + 1] as usize);
+        for (g, next) in self.groups[first..end]
+            .iter()
+            .zip(&self.groups[first + 1..])
+        {
+            if g.gram != gram {
                 continue;
             }
-            let Some(at) = j.checked_sub(usize::from(e.offset)) else {
+            let Some(at) = j.checked_sub(usize::from(g.offset)) else {
                 continue;
             };
-            let anchor = (e.unit as usize, usize::from(e.spelling), at);
-            self.patterns[e.pattern as usize].find_through(hay, anchor, limit, found);
+            let head = hay
+                .get(at..at + 8)
+                .map(|w| u64::from_le_bytes(w.try_into().unwrap()));
+            if head.is_some_and(|h| h & g.bits != g.head) {
+                continue;
+            }
+            if !spelled_at(hay, at, &self.texts[g.text as usize]) {
+                continue;
+            }
+            for &(p, u, v) in &self.anchors[g.first as usize..next.first as usize] {
+                let anchor = (u as usize, usize::from(v), at);
+                self.patterns[p as usize].find_through(hay, anchor, limit, walk, found);
+            }
         }
     }
 }
@@ -188,6 +263,24 @@ fn continue_row(p: &Pattern, w: usize, row: &mut [Class; Q], n: usize, add: &mut
         row[n..n + m].copy_from_slice(&sp[..m]);
         continue_row(p, w + 1, row, n + m, add);
     }
+}
+
+/// The first 8 bytes of `text` as a word, and the bits of it that must match: all of a
+/// byte with one spelling, all but the case bit of a hex digit, none past the text.
+fn head_of(text: &[Class]) -> (u64, u64) {
+    let (mut head, mut bits) = (0u64, 0u64);
+    for (i, c) in text.iter().take(8).enumerate() {
+        let mask: u8 = if c[0] == c[1] {
+            0xFF
+        } else if c[0] ^ c[1] == 0x20 {
+            0xDF
+        } else {
+            0
+        };
+        head |= u64::from(c[0] & mask) << (8 * i);
+        bits |= u64::from(mask) << (8 * i);
+    }
+    (head, bits)
 }
 
 /// Where `gram` goes in a filter of `word_mask + 1` words: the word and its two bits in it.

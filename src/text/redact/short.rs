@@ -3,7 +3,7 @@
 //! from the bytes that begin an escape (`%`, `\`, and `+` where a value holds a space),
 //! which every spelling but the value itself contains.
 
-use super::spell::Pattern;
+use super::spell::{Pattern, Walk};
 use aho_corasick::{AhoCorasick, MatchKind};
 
 pub(super) struct ShortPatterns {
@@ -51,7 +51,13 @@ impl ShortPatterns {
     }
 
     /// Pushes the span of every occurrence that starts before `limit`.
-    pub(super) fn find(&self, hay: &[u8], limit: usize, found: &mut Vec<(usize, usize)>) {
+    pub(super) fn find(
+        &self,
+        hay: &[u8],
+        limit: usize,
+        walk: &mut Walk,
+        found: &mut Vec<(usize, usize)>,
+    ) {
         // Overlapping search: one pass that reports every occurrence.
         let ends_before = hay.len().min(limit + self.max_literal - 1);
         for m in self.literal.find_overlapping_iter(&hay[..ends_before]) {
@@ -67,7 +73,7 @@ impl ShortPatterns {
                 if b != hay[e] {
                     break;
                 }
-                self.patterns[p].find_through(hay, (u, v, e), limit, found);
+                self.patterns[p].find_through(hay, (u, v, e), limit, walk, found);
             }
         };
         match *self.needles.as_slice() {

@@ -159,6 +159,7 @@ impl Pattern {
         hay: &[u8],
         (u, v, at): (usize, usize, usize),
         limit: usize,
+        walk: &mut Walk,
         found: &mut Vec<(usize, usize)>,
     ) {
         let sp = self.spelling(u, v);
@@ -166,12 +167,15 @@ impl Pattern {
             return;
         }
         // Where units `0..u` can start, then where the units after `u` can end.
-        let mut starts = vec![at];
+        let Walk { starts, ends, next } = walk;
+        starts.clear();
+        starts.push(at);
         for w in (0..u).rev() {
             if self.wraps {
-                breaks_back(hay, &mut starts);
+                breaks_back(hay, starts);
             }
-            starts = self.step(hay, w, &starts, false);
+            self.step(hay, w, starts, false, next);
+            std::mem::swap(starts, next);
             if starts.is_empty() {
                 return;
             }
@@ -180,19 +184,21 @@ impl Pattern {
         if starts.is_empty() {
             return;
         }
-        let mut ends = vec![at + sp.len()];
+        ends.clear();
+        ends.push(at + sp.len());
         for w in u + 1..self.len() {
             if self.wraps {
-                breaks_forward(hay, &mut ends);
+                breaks_forward(hay, ends);
             }
-            ends = self.step(hay, w, &ends, true);
+            self.step(hay, w, ends, true, next);
+            std::mem::swap(ends, next);
             if ends.is_empty() {
                 return;
             }
         }
         if self.wraps {
-            for &t in &starts {
-                for &e in &ends {
+            for &t in starts.iter() {
+                for &e in ends.iter() {
                     push_lines(hay, t, e, found);
                 }
             }
@@ -205,10 +211,10 @@ impl Pattern {
         }
     }
 
-    /// The positions reached by spelling unit `w` from each of `from`: after it (`forward`)
-    /// or before it.
-    fn step(&self, hay: &[u8], w: usize, from: &[usize], forward: bool) -> Vec<usize> {
-        let mut next = Vec::new();
+    /// Puts in `next` the positions reached by spelling unit `w` from each of `from`:
+    /// after it (`forward`) or before it.
+    fn step(&self, hay: &[u8], w: usize, from: &[usize], forward: bool, next: &mut Vec<usize>) {
+        next.clear();
         for &p in from {
             for sp in self.spellings(w) {
                 let at = if forward {
@@ -223,10 +229,19 @@ impl Pattern {
                 }
             }
         }
-        next.sort_unstable();
-        next.dedup();
-        next
+        if next.len() > 1 {
+            next.sort_unstable();
+            next.dedup();
+        }
     }
+}
+
+/// The sets of positions a match goes through, kept to reuse their memory.
+#[derive(Default)]
+pub(super) struct Walk {
+    starts: Vec<usize>,
+    ends: Vec<usize>,
+    next: Vec<usize>,
 }
 
 /// `0123456789ABCDEF`, upper- or lower-case.
