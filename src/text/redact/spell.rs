@@ -170,15 +170,8 @@ impl Pattern {
         let Walk { starts, ends, next } = walk;
         starts.clear();
         starts.push(at);
-        for w in (0..u).rev() {
-            if self.wraps {
-                breaks_back(hay, starts);
-            }
-            self.step(hay, w, starts, false, next);
-            std::mem::swap(starts, next);
-            if starts.is_empty() {
-                return;
-            }
+        if !self.spell_all(hay, (0..u).rev(), false, starts, next) {
+            return;
         }
         starts.retain(|&t| t < limit);
         if starts.is_empty() {
@@ -186,15 +179,8 @@ impl Pattern {
         }
         ends.clear();
         ends.push(at + sp.len());
-        for w in u + 1..self.len() {
-            if self.wraps {
-                breaks_forward(hay, ends);
-            }
-            self.step(hay, w, ends, true, next);
-            std::mem::swap(ends, next);
-            if ends.is_empty() {
-                return;
-            }
+        if !self.spell_all(hay, u + 1..self.len(), true, ends, next) {
+            return;
         }
         if self.wraps {
             for &t in starts.iter() {
@@ -209,6 +195,34 @@ impl Pattern {
             let e = ends.iter().max().copied().unwrap_or(at);
             found.push((t, e));
         }
+    }
+
+    /// Spells `units` one after another from each position in `set`, forwards (after it)
+    /// or backwards (before it), with a line break allowed between two units if the pattern
+    /// wraps; leaves in `set` where they end, and says whether anywhere.
+    fn spell_all(
+        &self,
+        hay: &[u8],
+        units: impl Iterator<Item = usize>,
+        forward: bool,
+        set: &mut Vec<usize>,
+        next: &mut Vec<usize>,
+    ) -> bool {
+        for w in units {
+            if self.wraps {
+                if forward {
+                    breaks_forward(hay, set);
+                } else {
+                    breaks_back(hay, set);
+                }
+            }
+            self.step(hay, w, set, forward, next);
+            std::mem::swap(set, next);
+            if set.is_empty() {
+                return false;
+            }
+        }
+        true
     }
 
     /// Puts in `next` the positions reached by spelling unit `w` from each of `from`:
