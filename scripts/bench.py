@@ -37,8 +37,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_BIN = os.path.join(HERE, "..", "target", "x86_64-unknown-linux-musl", "release", "gitterm-agent")
-CORPUS_DIRS = [os.environ.get("GITTERM_CORPUS", ""), os.path.join(HERE, "..", "..", "shared", "corpus"),
-               os.path.join(HERE, "..", "shared", "corpus")]
+CORPUS_DIRS = [os.environ.get("GITTERM_CORPUS", ""), os.path.join(HERE, "..", "tests", "data", "corpus"),
+               os.path.join(HERE, "..", "..", "shared", "corpus")]
 B64_CMD = "head -c {n} /dev/urandom | base64"
 PLAIN_CMD = "yes 'some plain log line with words 0123456789' | head -c {n}"
 
@@ -862,7 +862,12 @@ def wait_no_running(ours, timeout=90):
 
 
 def is_supervisor(pid):
+    # An exec'd supervisor runs `gitterm-agent supervise`; a forked one (the usual case)
+    # keeps its parent's command line and is named gitterm-superv.
     try:
+        with open(f"/proc/{pid}/comm", "rb") as f:
+            if f.read().strip() == b"gitterm-superv":
+                return True
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return b"supervise" in f.read()
     except OSError:
