@@ -12,3 +12,4 @@ mod durability;
 mod harness;
 mod jobs;
 mod openapi;
+mod pty;

@@ -392,6 +392,7 @@ mod tests {
             Route::StartJob => (400, "command is missing"),
             Route::ListJobs => (200, "\"jobs\":[]"),
             Route::GetJob | Route::JobOutput | Route::CancelJob => (404, "no job"),
+            Route::JobStdin | Route::JobResize => (404, "no job"),
             Route::GetEnv | Route::SetEnv => (200, "\"names\":[]"),
             Route::Sandbox => (200, "\"bootId\":\"boot-a\""),
             Route::StartPreview => (400, "port is missing"),

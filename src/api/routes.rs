@@ -87,6 +87,10 @@ routes! {
         handlers::output::page;
     /// TERM, then KILL, to the whole job.
     CancelJob = "POST" "/v1/jobs/{id}/cancel", Full, [], handlers::jobs::cancel;
+    /// Append the raw body to an interactive job's stdin (`close=true`: then close it).
+    JobStdin = "POST" "/v1/jobs/{id}/stdin", Full, ["close"], handlers::interactive::stdin;
+    /// Resize a terminal job's terminal.
+    JobResize = "POST" "/v1/jobs/{id}/resize", Full, [], handlers::interactive::resize;
     /// The persisted env's names.
     GetEnv = "GET" "/v1/env", Scoped, [], handlers::env::get;
     /// Change the persisted env.
@@ -246,12 +250,14 @@ mod tests {
 
     /// The JSON body fields a route reads (`None`: it reads no body at all).
     fn body_fields(route: Route) -> Option<&'static [&'static str]> {
-        use crate::api::request::{ENV_FIELDS, PREVIEW_FIELDS, START_FIELDS};
+        use crate::api::request::{ENV_FIELDS, PREVIEW_FIELDS, RESIZE_FIELDS, START_FIELDS};
         match route {
             Route::StartJob => Some(START_FIELDS),
             Route::SetEnv => Some(ENV_FIELDS),
             Route::StartPreview => Some(PREVIEW_FIELDS),
             Route::CancelJob => Some(&[]),
+            Route::JobResize => Some(RESIZE_FIELDS),
+            Route::JobStdin => None,
             Route::Health
             | Route::ListJobs
             | Route::GetJob

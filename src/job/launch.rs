@@ -84,6 +84,23 @@ fn validate(req: &StartRequest, cfg: &Config) -> Result<Resolved> {
     for (k, v) in &req.env {
         check_env(k, v)?;
     }
+    if (req.interactive || req.pty.is_some()) && req.stdin.is_some() {
+        return Err(Error::Invalid(
+            "stdin and interactive exclude each other: an interactive job's stdin is \
+             written later (POST /v1/jobs/{id}/stdin)"
+                .into(),
+        ));
+    }
+    if let Some(p) = req.pty {
+        for (side, v) in [("cols", p.cols), ("rows", p.rows)] {
+            if !(1..=crate::model::spec::MAX_PTY_SIDE).contains(&v) {
+                return Err(Error::Invalid(format!(
+                    "pty.{side} must be 1 to {}, got {v}",
+                    crate::model::spec::MAX_PTY_SIDE
+                )));
+            }
+        }
+    }
     for var in &req.secrets {
         check_job_var_name(&var.name)?;
     }
@@ -307,6 +324,8 @@ fn create_and_spawn(
         max_output_bytes: cfg.max_output_bytes,
         has_stdin: req.stdin.is_some(),
         user: user.clone(),
+        interactive: req.interactive || req.pty.is_some(),
+        pty: req.pty,
     };
     let rec = JobRecord {
         format_version: FORMAT_VERSION,

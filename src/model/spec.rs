@@ -55,7 +55,21 @@ pub struct StartRequest {
     pub idempotency_key: Option<String>,
     /// Run as this user instead of the agent's job user.
     pub user: Option<String>,
+    /// Keep the job's stdin open, written through its supervisor's control socket.
+    pub interactive: bool,
+    /// Run the job on a pseudo-terminal of this size (implies `interactive`).
+    pub pty: Option<PtySize>,
 }
+
+/// A terminal's size, in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PtySize {
+    pub cols: u16,
+    pub rows: u16,
+}
+
+/// The largest terminal side accepted, in cells.
+pub const MAX_PTY_SIDE: u16 = 1000;
 
 impl StartRequest {
     /// What tells two requests apart for an idempotency key: everything the job would run
@@ -67,6 +81,7 @@ impl StartRequest {
             self.stdin.clone().unwrap_or_else(|| b"\0none".to_vec()),
             format!("{:?}/{:?}", self.timeout_seconds, self.idle_timeout_seconds).into_bytes(),
             format!("user {:?}", self.user).into_bytes(),
+            format!("interactive {:?} {:?}", self.interactive, self.pty).into_bytes(),
         ];
         for (k, v) in &self.env {
             parts.push(format!("env {k}").into_bytes());
@@ -180,6 +195,12 @@ pub struct Spec {
     /// The user the job runs as; absent: the agent's own.
     #[serde(default)]
     pub user: Option<JobUser>,
+    /// The job's stdin stays open, fed through the supervisor's control socket.
+    #[serde(default)]
+    pub interactive: bool,
+    /// The job runs on a pseudo-terminal of this size.
+    #[serde(default)]
+    pub pty: Option<PtySize>,
 }
 
 /// A user a job runs as, as the user database gave it at the start.

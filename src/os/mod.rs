@@ -11,6 +11,7 @@ pub mod ports;
 pub mod privfile;
 pub mod probe;
 pub mod proc;
+pub mod pty;
 pub mod spawn;
 pub mod users;
 pub mod watch;

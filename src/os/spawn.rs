@@ -59,6 +59,8 @@ pub struct JobStart {
     /// The job's cgroup folder, opened: the shell is created inside it.
     pub cgroup: Option<OwnedFd>,
     pub creds: Option<Credentials>,
+    /// stdin is a terminal's slave: make it the new session's controlling terminal.
+    pub controlling_tty: bool,
 }
 
 /// clone3's flag to create the child in the cgroup `cgroup` names (Linux 5.7).
@@ -121,6 +123,7 @@ pub fn spawn_job(job: JobStart) -> io::Result<i32> {
         fds: [raw(&job.stdin), raw(&job.stdout), raw(&job.stderr)],
         procs: None,
         creds: job.creds.as_ref(),
+        tty: job.controlling_tty,
         parent,
         err: err_w.as_raw_fd(),
     };
@@ -245,6 +248,7 @@ struct Child<'a> {
     fds: [RawFd; 3],
     procs: Option<RawFd>,
     creds: Option<&'a Credentials>,
+    tty: bool,
     parent: i32,
     err: RawFd,
 }
@@ -285,6 +289,11 @@ impl Child<'_> {
                 }
             }
             if libc::setsid() < 0 {
+                fail(self.err, Step::Session);
+            }
+            // The new session's controlling terminal: its foreground group gets ^C, ^Z
+            // and SIGWINCH.
+            if self.tty && libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
                 fail(self.err, Step::Session);
             }
             // Joined while still privileged: the user may not write any cgroup.procs.
@@ -363,6 +372,12 @@ pub fn memory_file(data: &[u8]) -> io::Result<File> {
     Ok(f)
 }
 
+/// Ignores SIGPIPE, so a write to a reader that is gone fails with EPIPE instead.
+pub fn ignore_sigpipe() {
+    // SAFETY: setting one signal's disposition; no handler runs.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+}
+
 /// Restores SIGPIPE's default action, so that `status | head` ends quietly.
 pub fn default_sigpipe() {
     // SAFETY: resetting one signal's disposition before any thread starts.
@@ -372,6 +387,13 @@ pub fn default_sigpipe() {
 /// Grows a pipe (fewer wake-ups when a job floods its output) and makes it non-blocking.
 pub fn tune_pipe_reader(fd: impl AsFd) -> io::Result<()> {
     let _ = fcntl(fd.as_fd(), FcntlArg::F_SETPIPE_SZ(1 << 20));
+    let fl = OFlag::from_bits_retain(fcntl(fd.as_fd(), FcntlArg::F_GETFL)?);
+    fcntl(fd.as_fd(), FcntlArg::F_SETFL(fl | OFlag::O_NONBLOCK))?;
+    Ok(())
+}
+
+/// Makes an fd non-blocking.
+pub fn set_nonblocking(fd: impl AsFd) -> io::Result<()> {
     let fl = OFlag::from_bits_retain(fcntl(fd.as_fd(), FcntlArg::F_GETFL)?);
     fcntl(fd.as_fd(), FcntlArg::F_SETFL(fl | OFlag::O_NONBLOCK))?;
     Ok(())

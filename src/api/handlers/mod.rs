@@ -4,6 +4,7 @@
 
 pub mod env;
 pub mod health;
+pub mod interactive;
 pub mod jobs;
 pub mod output;
 pub mod ports;

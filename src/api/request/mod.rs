@@ -205,11 +205,21 @@ pub const START_FIELDS: &[&str] = &[
     "waitSeconds",
     "background",
     "user",
+    "interactive",
+    "pty",
 ];
 const START: Shape = Shape {
     known: START_FIELDS,
     required: &["command"],
 };
+
+/// The fields of a `POST /v1/jobs/{id}/resize` body.
+pub const RESIZE_FIELDS: &[&str] = &["cols", "rows"];
+
+/// A `POST /v1/jobs/{id}/resize` body: the terminal's new size.
+pub fn resize_body(body: &[u8]) -> Result<crate::model::spec::PtySize> {
+    pty_size(&object(body)?, "the body")
+}
 
 /// The fields of a `POST /v1/env` body.
 pub const ENV_FIELDS: &[&str] = &["set", "unset", "replace"];
@@ -402,6 +412,11 @@ pub fn start_body(body: &[u8], idempotency_key: Option<&str>) -> Result<StartBod
         idle_timeout_seconds: f.number("idleTimeoutSeconds")?,
         idempotency_key: idempotency_key.map(str::to_string),
         user: f.string("user")?.map(str::to_string),
+        interactive: f.boolean("interactive")?.unwrap_or(false),
+        pty: match f.object("pty")? {
+            Some(m) => Some(pty_size(m, "pty")?),
+            None => None,
+        },
     };
     let secret_files = f
         .string_array("secretFiles")?
@@ -421,6 +436,32 @@ pub fn start_body(body: &[u8], idempotency_key: Option<&str>) -> Result<StartBod
         req,
         secret_files,
         wait,
+    })
+}
+
+/// A terminal size, `{"cols", "rows"}`, each 1 to 1000; `what` names it in errors.
+pub fn pty_size(m: &Map<String, Value>, what: &str) -> Result<crate::model::spec::PtySize> {
+    let max = crate::model::spec::MAX_PTY_SIDE;
+    if let Some(k) = m.keys().find(|k| *k != "cols" && *k != "rows") {
+        return Err(Error::Invalid(format!(
+            "unknown field `{k}` in {what}: it takes cols and rows"
+        )));
+    }
+    let side = |name: &str| -> Result<u16> {
+        match m.get(name) {
+            Some(Value::Number(n)) => match n.as_u64() {
+                Some(v) if (1..=max as u64).contains(&v) => Ok(v as u16),
+                _ => Err(Error::Invalid(format!(
+                    "{what}.{name} must be a whole number from 1 to {max}, got {n}"
+                ))),
+            },
+            None => Err(Error::Invalid(format!("{what}.{name} is missing"))),
+            Some(v) => Err(wrong_type(&format!("{what}.{name}"), "a number", v)),
+        }
+    };
+    Ok(crate::model::spec::PtySize {
+        cols: side("cols")?,
+        rows: side("rows")?,
     })
 }
 
@@ -917,7 +958,7 @@ mod tests {
         }
     }
 
-    const START_LIST: &str = "the fields are command, cwd, env, stdin, encoding, secretEnv, secretFiles, timeoutSeconds, idleTimeoutSeconds, waitSeconds, background, user";
+    const START_LIST: &str = "the fields are command, cwd, env, stdin, encoding, secretEnv, secretFiles, timeoutSeconds, idleTimeoutSeconds, waitSeconds, background, user, interactive, pty";
 
     #[test]
     fn unknown_body_fields_are_refused_naming_the_closest_known_one() {

@@ -27,6 +27,7 @@ use crate::os::proc;
 use crate::state::store::Store;
 use crate::text::pipeline::Pipeline;
 
+mod control;
 mod finish;
 mod run;
 mod sink;
@@ -125,6 +126,8 @@ struct Supervisor {
     cgroup: Option<JobCgroup>,
     sigfd: SignalFd,
     pipe: Option<OwnedFd>,
+    /// An interactive job's control socket and stdin.
+    control: Option<control::Control>,
     sink: Sink,
     pipeline: Pipeline,
 }
@@ -148,6 +151,8 @@ impl Supervisor {
             .collect();
         let pipeline = Pipeline::new(&values);
 
+        // A job that closes its stdin must not kill us when we write to it.
+        crate::os::spawn::ignore_sigpipe();
         proc::set_child_subreaper().map_err(|e| format!("subreaper: {e}"))?;
         let mut mask = SigSet::empty();
         for s in [
@@ -185,7 +190,29 @@ impl Supervisor {
                 }
             });
 
-        let stdin: OwnedFd = if spec.has_stdin {
+        // A terminal job's stdin, stdout and stderr are the terminal; an interactive one's
+        // stdin is a pipe whose writing end we keep.
+        let pty = match spec.pty {
+            Some(size) => {
+                let pair = crate::os::pty::open(size.cols, size.rows)
+                    .map_err(|e| format!("pseudo-terminal: {e}"))?;
+                if let Some(u) = &spec.user {
+                    crate::os::pty::chown_slave(&pair.slave, u.uid, u.gid)
+                        .map_err(|e| format!("pseudo-terminal: {e}"))?;
+                }
+                Some(pair)
+            }
+            None => None,
+        };
+        let mut keep_stdin: Option<OwnedFd> = None;
+        let stdin: OwnedFd = if let Some(p) = &pty {
+            keep_stdin = Some(p.master.try_clone().map_err(|e| format!("pty: {e}"))?);
+            p.slave.try_clone().map_err(|e| format!("pty: {e}"))?
+        } else if spec.interactive {
+            let (r, w) = io::pipe().map_err(|e| format!("stdin pipe: {e}"))?;
+            keep_stdin = Some(w.into());
+            r.into()
+        } else if spec.has_stdin {
             // The launcher's memory file, on our own stdin until we detach.
             io::stdin()
                 .as_fd()
@@ -196,9 +223,32 @@ impl Supervisor {
                 .map_err(|e| format!("/dev/null: {e}"))?
                 .into()
         };
-        let (reader, writer) = io::pipe().map_err(|e| format!("pipe: {e}"))?;
-        // Non-blocking, so the last drain cannot hang on a writer outside the job's tree.
-        crate::os::spawn::tune_pipe_reader(&reader).map_err(|e| format!("pipe: {e}"))?;
+        let control = match keep_stdin {
+            Some(w) => Some(
+                control::Control::bind(
+                    &store.job_dir(id).join(crate::job::control::SOCKET),
+                    w,
+                    pty.is_some(),
+                )
+                .map_err(|e| format!("control socket: {e}"))?,
+            ),
+            None => None,
+        };
+        let (reader, out_fd, err_fd): (OwnedFd, OwnedFd, OwnedFd) = match pty {
+            Some(p) => (
+                p.master,
+                p.slave.try_clone().map_err(|e| format!("pty: {e}"))?,
+                p.slave,
+            ),
+            None => {
+                let (reader, writer) = io::pipe().map_err(|e| format!("pipe: {e}"))?;
+                // Non-blocking, so the last drain cannot hang on a writer outside the
+                // job's tree.
+                crate::os::spawn::tune_pipe_reader(&reader).map_err(|e| format!("pipe: {e}"))?;
+                let stdout: OwnedFd = writer.try_clone().map_err(|e| format!("pipe: {e}"))?.into();
+                (reader.into(), stdout, writer.into())
+            }
+        };
         let cgroup = JobCgroup::create(id.as_str());
         let cg_dir = cgroup.as_ref().and_then(|c| {
             OpenOptions::new()
@@ -223,6 +273,9 @@ impl Supervisor {
                 env.insert(k.into(), v.into());
             }
         }
+        if spec.pty.is_some() {
+            env.insert("TERM".into(), "xterm-256color".into());
+        }
         for (k, v) in &spec.env {
             env.insert(k.into(), v.into());
         }
@@ -242,7 +295,6 @@ impl Supervisor {
                 c(kv, "the environment")
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let stdout: OwnedFd = writer.try_clone().map_err(|e| format!("pipe: {e}"))?.into();
         let shell = crate::os::spawn::spawn_job(crate::os::spawn::JobStart {
             argv: vec![
                 c(b"/bin/sh".to_vec(), "the shell")?,
@@ -252,14 +304,15 @@ impl Supervisor {
             envp,
             cwd: c(spec.cwd.clone().into_bytes(), "cwd")?,
             stdin,
-            stdout,
-            stderr: writer.into(),
+            stdout: out_fd,
+            stderr: err_fd,
             cgroup: cg_dir.map(OwnedFd::from),
             creds: spec.user.as_ref().map(|u| crate::os::spawn::Credentials {
                 uid: u.uid,
                 gid: u.gid,
                 groups: u.groups.clone(),
             }),
+            controlling_tty: spec.pty.is_some(),
         })
         .map_err(|e| e.to_string())?;
         let _ = me;
@@ -292,7 +345,8 @@ impl Supervisor {
             shell,
             cgroup,
             sigfd,
-            pipe: Some(OwnedFd::from(reader)),
+            pipe: Some(reader),
+            control,
             sink: Sink::Inline(Output {
                 out,
                 cap,

@@ -74,19 +74,32 @@ impl Supervisor {
                 .unwrap_or(PollTimeout::MAX);
 
             let slept_from = Instant::now();
-            let (pipe_ready, sig_ready) = {
+            let (pipe_ready, sig_ready, control_events) = {
                 let mut fds = vec![PollFd::new(self.sigfd.as_fd(), PollFlags::POLLIN)];
                 if let Some(p) = &self.pipe {
                     fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
                 }
+                let first_control = fds.len();
+                if let Some(c) = &self.control {
+                    fds.extend(c.fds());
+                }
                 match poll(&mut fds, timeout) {
                     Ok(_) => {
                         let r = |f: &PollFd| f.revents().is_some_and(|r| !r.is_empty());
-                        (fds.get(1).is_some_and(r), r(&fds[0]))
+                        let control: Vec<PollFlags> = fds[first_control..]
+                            .iter()
+                            .map(|f| f.revents().unwrap_or(PollFlags::empty()))
+                            .collect();
+                        (self.pipe.is_some() && r(&fds[1]), r(&fds[0]), control)
                     }
-                    Err(_) => (false, false),
+                    Err(_) => (false, false, Vec::new()),
                 }
             };
+            if let Some(c) = &mut self.control
+                && control_events.iter().any(|e| !e.is_empty())
+            {
+                c.ready(&control_events);
+            }
             // Woken far later than asked: this process was stopped (a job of the agent's
             // own user can SIGSTOP it). If the deadline passed meanwhile the job ran
             // unsupervised past it: it timed out, whatever it did since, even exit 0.
@@ -128,6 +141,10 @@ impl Supervisor {
                 ending = Some((End::ShellExited, Instant::now()));
                 self.signal_all(Signal::SIGTERM);
             }
+        }
+        // Nobody can write to the job any more.
+        if let Some(c) = self.control.take() {
+            c.remove();
         }
         // Everything is dead: whatever is still in the pipe has no writer left.
         while self.pipe.is_some() {

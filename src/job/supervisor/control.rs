@@ -1,0 +1,280 @@
+//! An interactive job's control socket (`control.sock` in its folder, 0600): the
+//! supervisor keeps the writing end of the job's stdin (a pipe, or the terminal's master)
+//! and serves requests from the server and the CLI on it, without ever blocking the job.
+//!
+//! The protocol ([`crate::job::control`] is its client): a request is one line, a reply
+//! one line, `ok` or `err CODE MESSAGE` (CODE: `conflict`, `busy`, `invalid`).
+//! - `stdin N` then N raw bytes: appended to the job's input (at most [`MAX_PENDING`]
+//!   bytes wait at any time; beyond that the reply is `busy` and nothing is taken);
+//! - `close`: closes the job's stdin once what waits is written (on a terminal: sends
+//!   the end-of-file character, ^D);
+//! - `resize COLS ROWS`: sets the terminal's size.
+
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+
+use nix::poll::{PollFd, PollFlags};
+
+use crate::job::control::{MAX_CHUNK, MAX_LINE};
+
+/// The most input waiting for the job to read it.
+pub(super) const MAX_PENDING: usize = 1 << 20;
+/// The most control connections at once; more are closed at once.
+const MAX_CONNS: usize = 64;
+
+struct Conn {
+    s: UnixStream,
+    inbuf: Vec<u8>,
+    out: Vec<u8>,
+    eof: bool,
+}
+
+pub(super) struct Control {
+    listener: UnixListener,
+    path: PathBuf,
+    conns: Vec<Conn>,
+    /// Where input goes: the pipe's write end, or a copy of the terminal's master.
+    stdin: Option<OwnedFd>,
+    pending: Vec<u8>,
+    /// Closing was asked: stdin closes once `pending` is written.
+    closing: bool,
+    /// The job runs on a terminal (whose master `stdin` is).
+    pub(super) tty: bool,
+}
+
+impl Control {
+    /// Listens on `path` (replacing a stale socket) for requests about the job whose
+    /// input is `stdin`.
+    pub(super) fn bind(path: &Path, stdin: OwnedFd, tty: bool) -> io::Result<Control> {
+        let _ = std::fs::remove_file(path);
+        let listener = UnixListener::bind(path)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        listener.set_nonblocking(true)?;
+        crate::os::spawn::set_nonblocking(&stdin)?;
+        Ok(Control {
+            listener,
+            path: path.to_path_buf(),
+            conns: Vec::new(),
+            stdin: Some(stdin),
+            pending: Vec::new(),
+            closing: false,
+            tty,
+        })
+    }
+
+    /// The fds to poll, in the order [`Control::ready`] takes their events.
+    pub(super) fn fds(&self) -> Vec<PollFd<'_>> {
+        let mut v = vec![PollFd::new(self.listener.as_fd(), PollFlags::POLLIN)];
+        if let Some(s) = &self.stdin
+            && !self.pending.is_empty()
+        {
+            v.push(PollFd::new(s.as_fd(), PollFlags::POLLOUT));
+        }
+        for c in &self.conns {
+            let mut f = PollFlags::empty();
+            if !c.eof {
+                f |= PollFlags::POLLIN;
+            }
+            if !c.out.is_empty() {
+                f |= PollFlags::POLLOUT;
+            }
+            v.push(PollFd::new(c.s.as_fd(), f));
+        }
+        v
+    }
+
+    /// Acts on the events of [`Control::fds`] (same order, same state).
+    pub(super) fn ready(&mut self, revents: &[PollFlags]) {
+        let mut ev = revents.iter().copied();
+        let listener = ev.next().unwrap_or(PollFlags::empty());
+        if self.stdin.is_some() && !self.pending.is_empty() {
+            let _ = ev.next();
+            self.flush();
+        }
+        for i in 0..self.conns.len() {
+            let e = ev.next().unwrap_or(PollFlags::empty());
+            if e.is_empty() {
+                continue;
+            }
+            self.serve(i);
+        }
+        self.conns.retain(|c| !(c.eof && c.out.is_empty()));
+        if !listener.is_empty() {
+            while let Ok((s, _)) = self.listener.accept() {
+                if self.conns.len() >= MAX_CONNS || s.set_nonblocking(true).is_err() {
+                    continue;
+                }
+                self.conns.push(Conn {
+                    s,
+                    inbuf: Vec::new(),
+                    out: Vec::new(),
+                    eof: false,
+                });
+            }
+        }
+    }
+
+    /// Reads, answers and writes for connection `i`.
+    fn serve(&mut self, i: usize) {
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            let c = &mut self.conns[i];
+            if c.eof || c.inbuf.len() > MAX_LINE + MAX_CHUNK {
+                break;
+            }
+            match c.s.read(&mut buf) {
+                Ok(0) => c.eof = true,
+                Ok(n) => c.inbuf.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    c.eof = true;
+                    c.out.clear();
+                }
+            }
+        }
+        while let Some(reply) = self.request(i) {
+            self.conns[i].out.extend_from_slice(reply.as_bytes());
+        }
+        let c = &mut self.conns[i];
+        while !c.out.is_empty() {
+            match c.s.write(&c.out) {
+                Ok(n) => {
+                    c.out.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    c.out.clear();
+                    c.eof = true;
+                }
+            }
+        }
+    }
+
+    /// Takes one complete request from connection `i`'s input, and returns its reply.
+    fn request(&mut self, i: usize) -> Option<String> {
+        let c = &mut self.conns[i];
+        let Some(nl) = c.inbuf.iter().position(|&b| b == b'\n') else {
+            if c.inbuf.len() > MAX_LINE {
+                c.inbuf.clear();
+                c.eof = true;
+                return Some("err invalid request line too long\n".into());
+            }
+            return None;
+        };
+        let line = String::from_utf8_lossy(&c.inbuf[..nl]).into_owned();
+        let mut words = line.split(' ');
+        let verb = words.next().unwrap_or("");
+        let reply = match verb {
+            "stdin" => {
+                let n = match words.next().and_then(|w| w.parse::<usize>().ok()) {
+                    Some(n) if n <= MAX_CHUNK => n,
+                    _ => {
+                        c.inbuf.clear();
+                        c.eof = true;
+                        return Some("err invalid bad stdin length\n".into());
+                    }
+                };
+                if c.inbuf.len() < nl + 1 + n {
+                    return None;
+                }
+                let data: Vec<u8> = c.inbuf.drain(..nl + 1 + n).skip(nl + 1).collect();
+                self.input(&data)
+            }
+            "close" => {
+                c.inbuf.drain(..=nl);
+                self.close()
+            }
+            "resize" => {
+                c.inbuf.drain(..=nl);
+                let mut side = || words.next().and_then(|w| w.parse::<u16>().ok());
+                match (side(), side()) {
+                    (Some(cols), Some(rows)) => self.resize(cols, rows),
+                    _ => Err("invalid resize takes COLS ROWS".to_string()),
+                }
+            }
+            _ => {
+                c.inbuf.clear();
+                c.eof = true;
+                Err("invalid unknown request".to_string())
+            }
+        };
+        Some(match reply {
+            Ok(()) => "ok\n".into(),
+            Err(m) => format!("err {m}\n"),
+        })
+    }
+
+    fn input(&mut self, data: &[u8]) -> Result<(), String> {
+        if self.stdin.is_none() || self.closing {
+            return Err("conflict the job's stdin is closed".into());
+        }
+        if self.pending.len() + data.len() > MAX_PENDING {
+            return Err("busy the job has not read its earlier input yet".into());
+        }
+        self.pending.extend_from_slice(data);
+        self.flush();
+        Ok(())
+    }
+
+    fn close(&mut self) -> Result<(), String> {
+        if self.stdin.is_none() || self.closing {
+            return Err("conflict the job's stdin is closed".into());
+        }
+        if self.tty {
+            // A terminal has no end: its end-of-file character ends a read instead.
+            self.pending.push(0x04);
+        }
+        self.closing = true;
+        self.flush();
+        Ok(())
+    }
+
+    fn resize(&mut self, cols: u16, rows: u16) -> Result<(), String> {
+        let max = crate::model::spec::MAX_PTY_SIDE;
+        if !(1..=max).contains(&cols) || !(1..=max).contains(&rows) {
+            return Err(format!("invalid cols and rows must be 1 to {max}"));
+        }
+        match (&self.stdin, self.tty) {
+            (Some(m), true) => crate::os::pty::resize(m, cols, rows)
+                .map_err(|e| format!("conflict the terminal could not be resized: {e}")),
+            (None, true) => Err("conflict the terminal is closed".into()),
+            (_, false) => Err("conflict the job does not run on a terminal".into()),
+        }
+    }
+
+    /// Writes what waits, as far as the job takes it now.
+    fn flush(&mut self) {
+        let Some(fd) = &self.stdin else {
+            self.pending.clear();
+            return;
+        };
+        while !self.pending.is_empty() {
+            match nix::unistd::write(fd, &self.pending) {
+                Ok(n) => {
+                    self.pending.drain(..n);
+                }
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(nix::errno::Errno::EAGAIN) => return,
+                // The reader is gone (EPIPE), or the terminal hung up (EIO).
+                Err(_) => {
+                    self.pending.clear();
+                    self.stdin = None;
+                    return;
+                }
+            }
+        }
+        if self.closing && !self.tty {
+            self.stdin = None;
+        }
+    }
+
+    /// Removes the socket: from now on nobody can reach the job's input.
+    pub(super) fn remove(&self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
