@@ -222,6 +222,13 @@ fn ctrl_c_interrupts_the_foreground_job() {
                "pty": {"cols": 80, "rows": 24}, "background": true}),
     );
     wait_output(&s, &id, "ready");
+    // The signal must find sleep in the foreground, not the shell about to start it.
+    eventually(PROMPT, "sleep to run", || {
+        job_processes(&id)
+            .iter()
+            .any(|p| p.cmdline.starts_with("sleep"))
+            .then_some(())
+    });
     let t = Instant::now();
     assert_eq!(write(&mut c, &id, b"\x03", false).status, 200);
     let v = final_record(&mut c, &id);
@@ -247,4 +254,315 @@ fn a_terminal_job_ends_when_its_terminal_closes_and_secrets_stay_masked() {
     let log = String::from_utf8_lossy(&log);
     assert!(!log.contains("sec-ret-value"), "{log:?}");
     assert!(log.contains("x-") && log.contains("-y"), "{log:?}");
+}
+
+// The WebSocket.
+
+type Ws = tungstenite::WebSocket<std::net::TcpStream>;
+
+/// Opens `GET /v1/jobs/{id}/pty{query}` as a WebSocket with the server's token.
+fn ws(s: &Server, id: &str, query: &str) -> Ws {
+    use tungstenite::client::IntoClientRequest;
+    let mut req = format!("ws://{}/v1/jobs/{id}/pty{query}", s.addr)
+        .into_client_request()
+        .unwrap();
+    req.headers_mut().insert(
+        "Authorization",
+        format!("Bearer {}", s.token).parse().unwrap(),
+    );
+    let tcp = std::net::TcpStream::connect(&s.addr).unwrap();
+    tcp.set_read_timeout(Some(PROMPT)).unwrap();
+    let (ws, resp) = tungstenite::client::client(req, tcp).expect("the upgrade");
+    assert_eq!(resp.status(), 101);
+    ws
+}
+
+/// What a viewer saw: the output (binary frames, in order) and the exit frame.
+#[derive(Default)]
+struct Seen {
+    out: Vec<u8>,
+    frames: Vec<Vec<u8>>,
+    exit: Option<Value>,
+    close: Option<u16>,
+}
+
+/// Reads frames until `done` holds of what was seen (or the connection ends).
+fn read_until(w: &mut Ws, seen: &mut Seen, what: &str, done: impl Fn(&Seen) -> bool) {
+    let deadline = Instant::now() + PROMPT;
+    while !done(seen) {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: saw {:?}",
+            String::from_utf8_lossy(&seen.out)
+        );
+        match w.read() {
+            Ok(tungstenite::Message::Binary(b)) => {
+                seen.out.extend_from_slice(&b);
+                seen.frames.push(b.to_vec());
+            }
+            Ok(tungstenite::Message::Text(t)) => {
+                assert!(seen.exit.is_none(), "a frame after the exit frame: {t}");
+                seen.exit = Some(serde_json::from_str(t.as_str()).unwrap());
+            }
+            Ok(tungstenite::Message::Close(c)) => {
+                seen.close = Some(c.map_or(1005, |c| u16::from(c.code)));
+                return;
+            }
+            Ok(_) => {}
+            Err(e) => panic!("{what}: {e}; saw {:?}", String::from_utf8_lossy(&seen.out)),
+        }
+    }
+}
+
+fn contains(h: &[u8], n: &str) -> bool {
+    h.windows(n.len()).any(|w| w == n.as_bytes())
+}
+
+fn send(w: &mut Ws, b: &[u8]) {
+    w.send(tungstenite::Message::Binary(b.to_vec().into()))
+        .unwrap();
+}
+
+fn shell(c: &mut Client) -> String {
+    start(
+        c,
+        json!({"command": "PS1='$ ' exec sh -i", "pty": {"cols": 80, "rows": 24}, "background": true}),
+    )
+}
+
+#[test]
+fn websocket_keystrokes_output_resize_and_exit() {
+    let s = Server::start(&[]);
+    let mut c = s.client();
+    let id = shell(&mut c);
+    let mut w = ws(&s, &id, "");
+    let mut seen = Seen::default();
+    send(&mut w, b"echo hi-$((1+2))\n");
+    read_until(&mut w, &mut seen, "the echo", |s| contains(&s.out, "hi-3"));
+    w.send(tungstenite::Message::Text(
+        json!({"type": "resize", "cols": 50, "rows": 20})
+            .to_string()
+            .into(),
+    ))
+    .unwrap();
+    send(&mut w, b"stty size\n");
+    read_until(&mut w, &mut seen, "the new size", |s| {
+        contains(&s.out, "20 50")
+    });
+    // Keystroke echo, round trip: one byte out, its echo back.
+    let mut rtt = Vec::new();
+    for _ in 0..200 {
+        let t = Instant::now();
+        send(&mut w, b"a");
+        let before = seen.out.len();
+        read_until(&mut w, &mut seen, "the echo of a key", |s| {
+            s.out[before..].contains(&b'a')
+        });
+        rtt.push(t.elapsed());
+    }
+    rtt.sort();
+    eprintln!(
+        "keystroke echo over the WebSocket: median {:?}, p95 {:?}",
+        rtt[rtt.len() / 2],
+        rtt[rtt.len() * 95 / 100]
+    );
+    send(&mut w, b"\x15exit 3\n");
+    read_until(&mut w, &mut seen, "the end", |s| s.close.is_some());
+    let exit = seen.exit.expect("an exit frame");
+    assert_eq!(
+        exit,
+        json!({"type": "exit", "status": "failed", "exitCode": 3, "signal": null})
+    );
+    assert_eq!(seen.close, Some(1000));
+    // output.log has the terminal's output too.
+    wait_output(&s, &id, "hi-3");
+}
+
+#[test]
+fn websocket_refusals() {
+    let s = Server::start(&[]);
+    let mut c = s.client();
+    let plain = start(&mut c, json!({"command": "sleep 30", "background": true}));
+    let id = shell(&mut c);
+    // Not an upgrade.
+    let r = c.get(&format!("/v1/jobs/{id}/pty"));
+    assert_eq!(r.status, 400, "{}", r.text());
+    let up = [
+        ("Upgrade", "websocket"),
+        ("Connection", "Upgrade"),
+        ("Sec-WebSocket-Version", "13"),
+        ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+    ];
+    let r = c.send("GET", &format!("/v1/jobs/{id}/pty?write=maybe"), &up, None);
+    assert_eq!(r.status, 400, "{}", r.text());
+    // Not a terminal job.
+    let r = c.send("GET", &format!("/v1/jobs/{plain}/pty"), &up, None);
+    assert_eq!(
+        (r.status, r.code()),
+        (409, "conflict".into()),
+        "{}",
+        r.text()
+    );
+    // No token.
+    let r = s
+        .anon()
+        .send("GET", &format!("/v1/jobs/{id}/pty"), &up, None);
+    assert_eq!(r.status, 401, "{}", r.text());
+    // The handshake's answer (RFC 6455's own example key).
+    let mut raw = Client::connect(&s.addr).token(&s.token).unchecked();
+    raw.write_raw(
+        format!(
+            "GET /v1/jobs/{id}/pty HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {}\r\n\
+             Upgrade: websocket\r\nConnection: keep-alive, Upgrade\r\nSec-WebSocket-Version: 13\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+            s.token
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let r = raw.read_response().unwrap();
+    assert_eq!(r.status, 101);
+    assert_eq!(
+        r.header("sec-websocket-accept"),
+        Some("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=")
+    );
+    drop(raw);
+    // Ended.
+    assert_eq!(write(&mut c, &id, b"exit\n", false).status, 200);
+    final_record(&mut c, &id);
+    let r = c.send("GET", &format!("/v1/jobs/{id}/pty"), &up, None);
+    assert_eq!(
+        (r.status, r.code()),
+        (409, "conflict".into()),
+        "{}",
+        r.text()
+    );
+    c.post(&format!("/v1/jobs/{plain}/cancel"), &json!({}));
+}
+
+#[test]
+fn a_session_survives_the_server_and_a_reattach_redraws() {
+    let sb = std::sync::Arc::new(Sandbox::new());
+    let mut s1 = Server::start_in(std::sync::Arc::clone(&sb), "127.0.0.1:0", &[]);
+    let id = shell(&mut s1.client());
+    let mut w = ws(&s1, &id, "");
+    let mut seen = Seen::default();
+    send(&mut w, b"echo before-$((6*7))\n");
+    read_until(&mut w, &mut seen, "the echo", |s| {
+        contains(&s.out, "before-42")
+    });
+    s1.kill9();
+    let s2 = Server::start_in(std::sync::Arc::clone(&sb), "127.0.0.1:0", &[]);
+    // A read-only viewer and a writing one; both get the replay first.
+    let mut ro = ws(&s2, &id, "?write=false");
+    let mut w = ws(&s2, &id, "");
+    let mut seen_ro = Seen::default();
+    let mut seen = Seen::default();
+    read_until(&mut ro, &mut seen_ro, "the replay", |s| {
+        contains(&s.out, "before-42")
+    });
+    read_until(&mut w, &mut seen, "the replay", |s| {
+        contains(&s.out, "before-42")
+    });
+    send(&mut ro, b"exit 9\n");
+    send(&mut w, b"echo after-$((2*3))\n");
+    read_until(&mut w, &mut seen, "a live shell", |s| {
+        contains(&s.out, "after-6")
+    });
+    read_until(&mut ro, &mut seen_ro, "the live output", |s| {
+        contains(&s.out, "after-6")
+    });
+    assert!(
+        !contains(&seen_ro.out, "exit 9"),
+        "a read-only viewer typed"
+    );
+    send(&mut w, b"exit 4\n");
+    read_until(&mut w, &mut seen, "the end", |s| s.close.is_some());
+    read_until(&mut ro, &mut seen_ro, "the end", |s| s.close.is_some());
+    for s in [&seen, &seen_ro] {
+        assert_eq!(s.exit.as_ref().unwrap()["exitCode"], 4);
+    }
+}
+
+#[test]
+fn a_viewer_that_does_not_read_is_closed_and_the_job_runs_on() {
+    let s = Server::start(&[]);
+    let mut c = s.client();
+    let id = start(
+        &mut c,
+        json!({"command": "read go; head -c 40000000 /dev/zero | tr '\\0' a; echo; sleep 1; echo done-marker",
+               "pty": {"cols": 80, "rows": 24}, "background": true}),
+    );
+    let lazy = ws(&s, &id, "");
+    lazy.get_ref()
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    // A small receive buffer, so the server feels the lazy client soon.
+    assert_eq!(write(&mut c, &id, b"\n", false).status, 200);
+    let v = final_record(&mut c, &id);
+    assert_eq!(v["status"], "succeeded", "{v}");
+    assert!(v["outputBytes"].as_u64().unwrap() >= 40_000_000, "{v}");
+    assert!(v["output"].as_str().unwrap().contains("done-marker"), "{v}");
+    // The lazy viewer was closed: what it can read ends without an exit frame.
+    let mut lazy = lazy;
+    lazy.get_ref().set_read_timeout(Some(PROMPT)).unwrap();
+    let mut got = 0usize;
+    let mut exit = false;
+    loop {
+        match lazy.read() {
+            Ok(tungstenite::Message::Binary(b)) => got += b.len(),
+            Ok(tungstenite::Message::Text(_)) => exit = true,
+            Ok(tungstenite::Message::Close(c)) => {
+                assert_eq!(c.map(|c| u16::from(c.code)), Some(1008));
+                break;
+            }
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    assert!(!exit, "the lazy viewer got to the end");
+    assert!(
+        got < 40_000_000,
+        "the lazy viewer got everything ({got} bytes)"
+    );
+}
+
+#[test]
+fn a_secret_split_across_writes_is_masked_in_every_frame_and_the_log() {
+    let s = Server::start(&[]);
+    let mut c = s.client();
+    let id = start(
+        &mut c,
+        json!({"command": "read go; printf 'x-secr'; sleep 0.5; printf 'et-value-y\\n'; sleep 0.5",
+               "secretEnv": {"S": "secret-value"}, "pty": {"cols": 80, "rows": 24},
+               "background": true}),
+    );
+    let mut w = ws(&s, &id, "");
+    send(&mut w, b"\n");
+    let mut seen = Seen::default();
+    read_until(&mut w, &mut seen, "the end", |s| s.close.is_some());
+    assert!(seen.exit.is_some());
+    for f in &seen.frames {
+        assert!(
+            !contains(f, "secret-value"),
+            "{:?}",
+            String::from_utf8_lossy(f)
+        );
+    }
+    assert!(
+        !contains(&seen.out, "secret-value"),
+        "{:?}",
+        String::from_utf8_lossy(&seen.out)
+    );
+    assert!(
+        contains(&seen.out, "x-[redacted]-y"),
+        "{:?}",
+        String::from_utf8_lossy(&seen.out)
+    );
+    let log = std::fs::read(output(&s, &id)).unwrap();
+    assert!(
+        !contains(&log, "secret-value") && contains(&log, "x-[redacted]-y"),
+        "{:?}",
+        String::from_utf8_lossy(&log)
+    );
 }

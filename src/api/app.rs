@@ -195,6 +195,7 @@ fn json_response(status: u16, v: &Value) -> Response {
         close: false,
         route: "",
         job_id: None,
+        upgrade: None,
     }
 }
 
@@ -269,6 +270,32 @@ impl Handler for App {
             query: &query,
             id: id.as_deref(),
         };
+        if route == Route::JobPty {
+            // A WebSocket: the answer is a 101 that hands the connection over.
+            match crate::api::handlers::pty::open(self, &call) {
+                Ok((accept, up)) => {
+                    return Response {
+                        status: 101,
+                        headers: vec![
+                            ("Upgrade", "websocket".into()),
+                            ("Connection", "Upgrade".into()),
+                            ("Sec-WebSocket-Accept", accept),
+                        ],
+                        body: Vec::new(),
+                        close: false,
+                        route: route.template(),
+                        job_id: id,
+                        upgrade: Some(up),
+                    };
+                }
+                Err(f) => {
+                    let mut resp = error_response(f);
+                    resp.route = route.template();
+                    resp.job_id = id;
+                    return resp;
+                }
+            }
+        }
         let reply = (route.handler())(self, &call);
         let mut close = false;
         let mut job_id = id.as_deref().and_then(JobId::parse).map(|j| j.to_string());
@@ -392,7 +419,7 @@ mod tests {
             Route::StartJob => (400, "command is missing"),
             Route::ListJobs => (200, "\"jobs\":[]"),
             Route::GetJob | Route::JobOutput | Route::CancelJob => (404, "no job"),
-            Route::JobStdin | Route::JobResize => (404, "no job"),
+            Route::JobStdin | Route::JobResize | Route::JobPty => (404, "no job"),
             Route::GetEnv | Route::SetEnv => (200, "\"names\":[]"),
             Route::Sandbox => (200, "\"bootId\":\"boot-a\""),
             Route::StartPreview => (400, "port is missing"),

@@ -89,6 +89,8 @@ routes! {
     CancelJob = "POST" "/v1/jobs/{id}/cancel", Full, [], handlers::jobs::cancel;
     /// Append the raw body to an interactive job's stdin (`close=true`: then close it).
     JobStdin = "POST" "/v1/jobs/{id}/stdin", Full, ["close"], handlers::interactive::stdin;
+    /// A terminal job over a WebSocket.
+    JobPty = "GET" "/v1/jobs/{id}/pty", Full, ["write"], handlers::pty::get;
     /// Resize a terminal job's terminal.
     JobResize = "POST" "/v1/jobs/{id}/resize", Full, [], handlers::interactive::resize;
     /// The persisted env's names.
@@ -257,7 +259,7 @@ mod tests {
             Route::StartPreview => Some(PREVIEW_FIELDS),
             Route::CancelJob => Some(&[]),
             Route::JobResize => Some(RESIZE_FIELDS),
-            Route::JobStdin => None,
+            Route::JobStdin | Route::JobPty => None,
             Route::Health
             | Route::ListJobs
             | Route::GetJob

@@ -126,3 +126,153 @@ impl Control {
 fn ended(id: &JobId) -> Error {
     Error::Conflict(format!("job {id} has ended: its input is closed"))
 }
+
+/// What a viewer gets from the supervisor.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Frame {
+    /// Terminal output: raw, every secret value masked.
+    Out(Vec<u8>),
+    /// The job ended: `{"type":"exit","status","exitCode","signal"}`.
+    Exit(String),
+}
+
+/// A terminal job's viewer: output frames in, keystrokes and resizes out.
+pub struct Viewer {
+    s: UnixStream,
+    inbuf: Vec<u8>,
+}
+
+impl Viewer {
+    /// Attaches to a running terminal job (`write`: keystrokes are taken). The first
+    /// frames are the recent output.
+    pub fn attach(store: &Store, id: &JobId, write: bool) -> Result<Viewer> {
+        let c = Control::connect(store, id)?;
+        let mut r = c.r;
+        r.get_mut()
+            .write_all(if write {
+                b"attach rw\n"
+            } else {
+                b"attach ro\n"
+            })
+            .map_err(|e| Error::Conflict(format!("the job's supervisor did not answer: {e}")))?;
+        let mut line = String::new();
+        r.read_line(&mut line)
+            .map_err(|e| Error::Conflict(format!("the job's supervisor did not answer: {e}")))?;
+        if line.trim_end() != "ok" {
+            let rest = line
+                .trim_end()
+                .strip_prefix("err ")
+                .unwrap_or("conflict the job ended");
+            let (code, msg) = rest.split_once(' ').unwrap_or((rest, ""));
+            return Err(match code {
+                "invalid" => Error::Invalid(msg.to_string()),
+                _ => Error::Conflict(msg.to_string()),
+            });
+        }
+        let inbuf = r.buffer().to_vec();
+        let s = r.into_inner();
+        s.set_nonblocking(true)
+            .map_err(|e| Error::io("control socket", e))?;
+        Ok(Viewer { s, inbuf })
+    }
+
+    /// The socket, to poll for input.
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.s.as_fd()
+    }
+
+    /// Reads what is there and returns the complete frames; `Ok(None)` once the supervisor
+    /// closed the connection (after an exit frame: the job ended; without one: this viewer
+    /// fell too far behind, or the supervisor is gone).
+    pub fn frames(&mut self) -> std::io::Result<Option<Vec<Frame>>> {
+        let mut closed = false;
+        let mut buf = [0u8; 64 * 1024];
+        loop {
+            match std::io::Read::read(&mut self.s, &mut buf) {
+                Ok(0) => {
+                    closed = true;
+                    break;
+                }
+                Ok(n) => {
+                    self.inbuf.extend_from_slice(&buf[..n]);
+                    if self.inbuf.len() > 4 * MAX_CHUNK + (1 << 20) {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            }
+        }
+        let frames = self.parse();
+        if closed && frames.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(frames))
+    }
+
+    /// The complete frames at the front of the input.
+    pub fn parse(&mut self) -> Vec<Frame> {
+        let mut frames = Vec::new();
+        while let Some(nl) = self.inbuf.iter().position(|&b| b == b'\n') {
+            let line = String::from_utf8_lossy(&self.inbuf[..nl]).into_owned();
+            if let Some(n) = line.strip_prefix("out ") {
+                let Ok(n) = n.parse::<usize>() else {
+                    self.inbuf.clear();
+                    break;
+                };
+                if self.inbuf.len() < nl + 1 + n {
+                    break;
+                }
+                let data: Vec<u8> = self.inbuf.drain(..nl + 1 + n).skip(nl + 1).collect();
+                frames.push(Frame::Out(data));
+            } else {
+                self.inbuf.drain(..=nl);
+                if let Some(j) = line.strip_prefix("exit ") {
+                    frames.push(Frame::Exit(j.to_string()));
+                }
+            }
+        }
+        frames
+    }
+
+    /// Sends keystrokes (ignored for a read-only viewer).
+    pub fn stdin(&mut self, data: &[u8]) -> std::io::Result<()> {
+        for chunk in data.chunks(MAX_CHUNK) {
+            let mut req = format!("stdin {}\n", chunk.len()).into_bytes();
+            req.extend_from_slice(chunk);
+            self.send(&req)?;
+        }
+        Ok(())
+    }
+
+    /// Resizes the terminal.
+    pub fn resize(&mut self, cols: u16, rows: u16) -> std::io::Result<()> {
+        self.send(format!("resize {cols} {rows}\n").as_bytes())
+    }
+
+    /// Writes a whole request, waiting for room up to [`REPLY_WAIT`].
+    fn send(&mut self, mut req: &[u8]) -> std::io::Result<()> {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        let deadline = Instant::now() + REPLY_WAIT;
+        while !req.is_empty() {
+            match self.s.write(req) {
+                Ok(n) => req = &req[n..],
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(std::io::ErrorKind::TimedOut.into());
+                    }
+                    let ms = PollTimeout::try_from(left.as_millis().min(1000) as i32)
+                        .unwrap_or(PollTimeout::MAX);
+                    let mut fds = [PollFd::new(self.fd(), PollFlags::POLLOUT)];
+                    let _ = poll(&mut fds, ms);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}

@@ -9,6 +9,7 @@ pub mod jobs;
 pub mod output;
 pub mod ports;
 pub mod previews;
+pub mod pty;
 pub mod sandbox;
 
 use serde_json::Value;

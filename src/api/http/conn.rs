@@ -14,7 +14,7 @@ use super::body::{Framing, framing, read_body};
 use super::encode::{encode, write_response};
 use super::head::{Head, parse_head, read_head};
 use super::net::{Listener, Stream};
-use super::{Fault, Handler, Request, Response};
+use super::{Fault, Handler, Request, Response, Upgraded};
 
 /// What the server accepts from clients, and how long it waits for them.
 #[derive(Debug, Clone)]
@@ -486,6 +486,22 @@ fn connection<H: Handler>(
                 resp
             }
         };
+        if resp.status == 101
+            && let Some(take_over) = resp.upgrade.as_ref().and_then(|u| u.take())
+        {
+            let ok = send(&r, &resp, head.minor, limits).is_ok();
+            handler.done(Some(&head), &resp, started.elapsed());
+            // The connection is the handler's now: it no longer counts as a request.
+            drop(_busy);
+            if ok {
+                let read_ahead = r.buffer().to_vec();
+                take_over(Upgraded {
+                    stream: r.into_inner(),
+                    read_ahead,
+                });
+            }
+            return;
+        }
         let close = close || resp.close || state.stopping.load(Ordering::SeqCst);
         let out = Out {
             handler,
@@ -643,6 +659,7 @@ mod tests {
                     close: false,
                     route: "",
                     job_id: None,
+                    upgrade: None,
                 }
             }
             fn done(&self, _: Option<&Head>, _: &Response, _: Duration) {}

@@ -8,6 +8,7 @@ use super::Response;
 pub fn reason(status: u16) -> &'static str {
     match status {
         100 => "Continue",
+        101 => "Switching Protocols",
         200 => "OK",
         201 => "Created",
         400 => "Bad Request",
@@ -55,13 +56,11 @@ pub(super) fn write_response(
 /// The status line and headers, with room for `extra` more bytes.
 fn encode_head(resp: &Response, minor: u8, extra: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(160 + extra);
-    let _ = write!(
-        out,
-        "HTTP/1.1 {} {}\r\nContent-Length: {}\r\n",
-        resp.status,
-        reason(resp.status),
-        resp.body.len()
-    );
+    let _ = write!(out, "HTTP/1.1 {} {}\r\n", resp.status, reason(resp.status));
+    // A 1xx response has no body, so no length either.
+    if resp.status >= 200 {
+        let _ = write!(out, "Content-Length: {}\r\n", resp.body.len());
+    }
     for (k, v) in &resp.headers {
         let _ = write!(out, "{k}: {v}\r\n");
     }
@@ -87,6 +86,7 @@ mod tests {
             close: true,
             route: "",
             job_id: None,
+            upgrade: None,
         };
         assert_eq!(
             String::from_utf8(encode(&resp, 1)).unwrap(),
@@ -103,6 +103,7 @@ mod tests {
             close: false,
             route: "",
             job_id: None,
+            upgrade: None,
         };
         for (n, writes) in [(10, 1), (COPIED_BODY, 1), (COPIED_BODY + 1, 2)] {
             let r = resp(n);

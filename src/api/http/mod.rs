@@ -29,6 +29,64 @@ pub use encode::{encode, reason};
 pub use head::{Head, parse_head};
 pub use net::{Listener, Stream};
 
+/// A connection handed to a handler after its `101 Switching Protocols` response: the
+/// socket, and whatever the client sent after the request that was already read.
+pub struct Upgraded {
+    pub stream: Stream,
+    pub read_ahead: Vec<u8>,
+}
+
+impl Upgraded {
+    /// Makes reads and writes return `WouldBlock` instead of waiting.
+    pub fn set_nonblocking(&self) -> std::io::Result<()> {
+        self.stream.set_nonblocking()
+    }
+}
+
+impl std::io::Read for Upgraded {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.stream.read(buf)
+    }
+}
+
+impl std::io::Write for Upgraded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.stream.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl std::os::fd::AsFd for Upgraded {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.stream.as_fd()
+    }
+}
+
+/// What takes over a connection after a 101 response (run on the connection's thread).
+pub type UpgradeFn = Box<dyn FnOnce(Upgraded) + Send>;
+
+/// A response's hand-over of its connection (see [`Upgraded`]).
+#[derive(Clone)]
+pub struct Upgrade(std::sync::Arc<std::sync::Mutex<Option<UpgradeFn>>>);
+
+impl Upgrade {
+    pub fn new(f: UpgradeFn) -> Upgrade {
+        Upgrade(std::sync::Arc::new(std::sync::Mutex::new(Some(f))))
+    }
+
+    fn take(&self) -> Option<UpgradeFn> {
+        self.0.lock().ok()?.take()
+    }
+}
+
+impl std::fmt::Debug for Upgrade {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Upgrade")
+    }
+}
+
 /// A request with its whole body.
 #[derive(Debug)]
 pub struct Request {
@@ -48,6 +106,8 @@ pub struct Response {
     pub route: &'static str,
     /// The job the request was about, for the log.
     pub job_id: Option<String>,
+    /// With status 101: what takes the connection over once the response is out.
+    pub upgrade: Option<Upgrade>,
 }
 
 /// Something wrong at the HTTP level, before a handler could see the request.

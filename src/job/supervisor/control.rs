@@ -9,6 +9,13 @@
 //! - `close`: closes the job's stdin once what waits is written (on a terminal: sends
 //!   the end-of-file character, ^D);
 //! - `resize COLS ROWS`: sets the terminal's size.
+//! - `attach rw` or `attach ro` (a terminal job only): the connection becomes a viewer.
+//!   After `ok`, the supervisor sends `out N` + N bytes frames, first the recent output
+//!   (the last [`REPLAY`] bytes at least), then the terminal's output as it comes (raw,
+//!   escapes kept, every secret value masked by the streaming redactor), and last `exit
+//!   JSON` (`{"type":"exit","status","exitCode","signal"}`) before it closes. A viewer's
+//!   requests (`stdin`, `resize`; `stdin` ignored for `ro`) get no reply. A viewer that
+//!   falls [`MAX_VIEWER_BEHIND`] bytes behind is closed: the job never waits for one.
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
@@ -24,12 +31,25 @@ use crate::job::control::{MAX_CHUNK, MAX_LINE};
 pub(super) const MAX_PENDING: usize = 1 << 20;
 /// The most control connections at once; more are closed at once.
 const MAX_CONNS: usize = 64;
+/// The recent terminal output kept for a viewer that attaches (at least this much).
+pub(super) const REPLAY: usize = 64 * 1024;
+/// How far a viewer may fall behind before it is closed.
+pub(super) const MAX_VIEWER_BEHIND: usize = 1 << 20;
+
+/// A viewer's rights.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum View {
+    None,
+    ReadOnly,
+    ReadWrite,
+}
 
 struct Conn {
     s: UnixStream,
     inbuf: Vec<u8>,
     out: Vec<u8>,
     eof: bool,
+    view: View,
 }
 
 pub(super) struct Control {
@@ -43,12 +63,21 @@ pub(super) struct Control {
     closing: bool,
     /// The job runs on a terminal (whose master `stdin` is).
     pub(super) tty: bool,
+    /// The terminal's output as viewers get it: raw, secrets masked.
+    redactor: crate::text::redact::Redactor,
+    /// The last output, for a viewer that attaches (between [`REPLAY`] and twice that).
+    replay: Vec<u8>,
 }
 
 impl Control {
     /// Listens on `path` (replacing a stale socket) for requests about the job whose
     /// input is `stdin`.
-    pub(super) fn bind(path: &Path, stdin: OwnedFd, tty: bool) -> io::Result<Control> {
+    pub(super) fn bind(
+        path: &Path,
+        stdin: OwnedFd,
+        tty: bool,
+        secrets: &[&[u8]],
+    ) -> io::Result<Control> {
         let _ = std::fs::remove_file(path);
         let listener = UnixListener::bind(path)?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
@@ -62,6 +91,8 @@ impl Control {
             pending: Vec::new(),
             closing: false,
             tty,
+            redactor: crate::text::redact::Redactor::new(secrets),
+            replay: Vec::new(),
         })
     }
 
@@ -112,6 +143,7 @@ impl Control {
                     inbuf: Vec::new(),
                     out: Vec::new(),
                     eof: false,
+                    view: View::None,
                 });
             }
         }
@@ -137,8 +169,16 @@ impl Control {
             }
         }
         while let Some(reply) = self.request(i) {
-            self.conns[i].out.extend_from_slice(reply.as_bytes());
+            let c = &mut self.conns[i];
+            if c.view == View::None {
+                c.out.extend_from_slice(reply.as_bytes());
+            }
         }
+        self.write_out(i);
+    }
+
+    /// Writes what connection `i` has waiting, as far as it takes it now.
+    fn write_out(&mut self, i: usize) {
         let c = &mut self.conns[i];
         while !c.out.is_empty() {
             match c.s.write(&c.out) {
@@ -183,7 +223,26 @@ impl Control {
                     return None;
                 }
                 let data: Vec<u8> = c.inbuf.drain(..nl + 1 + n).skip(nl + 1).collect();
-                self.input(&data)
+                if c.view == View::ReadOnly {
+                    Ok(())
+                } else {
+                    self.input(&data)
+                }
+            }
+            "attach" => {
+                c.inbuf.drain(..=nl);
+                let view = match words.next() {
+                    Some("rw") => View::ReadWrite,
+                    Some("ro") => View::ReadOnly,
+                    _ => return Some("err invalid attach takes rw or ro\n".into()),
+                };
+                if !self.tty {
+                    return Some("err conflict the job does not run on a terminal\n".into());
+                }
+                c.view = view;
+                c.out.extend_from_slice(b"ok\n");
+                frame(&mut c.out, &self.replay);
+                return Some(String::new());
             }
             "close" => {
                 c.inbuf.drain(..=nl);
@@ -273,8 +332,76 @@ impl Control {
         }
     }
 
-    /// Removes the socket: from now on nobody can reach the job's input.
+    /// The terminal's raw output: masked, kept for replay, and sent to every viewer.
+    pub(super) fn output(&mut self, raw: &[u8], last: bool) {
+        let mut masked = Vec::with_capacity(raw.len());
+        self.redactor.feed(raw, &mut masked);
+        if last {
+            self.redactor.finish(&mut masked);
+        }
+        if masked.is_empty() {
+            return;
+        }
+        self.replay.extend_from_slice(&masked);
+        if self.replay.len() > 2 * REPLAY {
+            let cut = self.replay.len() - REPLAY;
+            self.replay.drain(..cut);
+        }
+        for i in 0..self.conns.len() {
+            let c = &mut self.conns[i];
+            if c.view == View::None || c.eof {
+                continue;
+            }
+            if c.out.len() + masked.len() > MAX_VIEWER_BEHIND {
+                // Fallen behind: closed, so that the job never waits for it.
+                c.out.clear();
+                c.eof = true;
+                let _ = c.s.shutdown(std::net::Shutdown::Both);
+                continue;
+            }
+            frame(&mut c.out, &masked);
+            self.write_out(i);
+        }
+        self.conns.retain(|c| !(c.eof && c.out.is_empty()));
+    }
+
+    /// Tells every viewer how the job ended, gives them up to a second to take what is
+    /// left, and removes the socket: from now on nobody can reach the job.
+    pub(super) fn end(mut self, rec: &crate::model::JobRecord) {
+        let _ = std::fs::remove_file(&self.path);
+        let exit = serde_json::json!({
+            "type": "exit",
+            "status": rec.status,
+            "exitCode": rec.exit_code,
+            "signal": rec.signal,
+        });
+        let line = format!("exit {exit}\n");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        self.conns.retain(|c| c.view != View::None && !c.eof);
+        for i in 0..self.conns.len() {
+            self.conns[i].out.extend_from_slice(line.as_bytes());
+            let _ = self.conns[i].s.set_nonblocking(false);
+        }
+        for c in &mut self.conns {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() || c.s.set_write_timeout(Some(left)).is_err() {
+                break;
+            }
+            let _ = c.s.write_all(&c.out);
+        }
+    }
+
+    /// Removes the socket: from now on nobody can connect.
     pub(super) fn remove(&self) {
         let _ = std::fs::remove_file(&self.path);
     }
+}
+
+/// Appends an output frame for a viewer.
+fn frame(out: &mut Vec<u8>, data: &[u8]) {
+    if data.is_empty() {
+        return;
+    }
+    out.extend_from_slice(format!("out {}\n", data.len()).as_bytes());
+    out.extend_from_slice(data);
 }

@@ -70,6 +70,10 @@ impl Supervisor {
         rec.reason = (!reasons.is_empty()).then(|| reasons.join("; "));
         rec.output_bytes = written;
         rec.ended_at = Some(crate::text::timefmt::now());
+        // Whoever sees the job ended finds no control socket either.
+        if let Some(c) = &self.control {
+            c.remove();
+        }
         // Before the final record: whoever sees the job ended must not then be refused a
         // new start because this one still counts as running.
         let _ = fs::remove_file(self.store.running_marker(&self.id));

@@ -229,6 +229,7 @@ impl Supervisor {
                     &store.job_dir(id).join(crate::job::control::SOCKET),
                     w,
                     pty.is_some(),
+                    &values,
                 )
                 .map_err(|e| format!("control socket: {e}"))?,
             ),

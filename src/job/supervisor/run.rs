@@ -142,15 +142,16 @@ impl Supervisor {
                 self.signal_all(Signal::SIGTERM);
             }
         }
-        // Nobody can write to the job any more.
-        if let Some(c) = self.control.take() {
-            c.remove();
-        }
         // Everything is dead: whatever is still in the pipe has no writer left.
         while self.pipe.is_some() {
             if !matches!(self.read_pipe(&mut buf), Some(n) if n > 0) {
                 break;
             }
+        }
+        if let Some(c) = &mut self.control
+            && c.tty
+        {
+            c.output(&[], true);
         }
         let mut tail = self.sink.buffer();
         self.pipeline.finish(&mut tail);
@@ -160,6 +161,10 @@ impl Supervisor {
             shell_status,
             ending.map(|e| e.0).unwrap_or(End::ShellExited),
         );
+        // Viewers learn how it ended; nobody can reach the job any more.
+        if let Some(c) = self.control.take() {
+            c.end(&self.rec);
+        }
     }
 
     /// Reads once from the pipe; `Some(0)` at EOF, `None` when nothing was there.
@@ -177,6 +182,11 @@ impl Supervisor {
             // for the thread.
             if n == buf.len() && self.sink.is_inline() {
                 self.sink = std::mem::replace(&mut self.sink, Sink::Moved).threaded();
+            }
+            if let Some(c) = &mut self.control
+                && c.tty
+            {
+                c.output(&buf[..n], false);
             }
             let mut chunk = self.sink.buffer();
             self.pipeline.feed(&buf[..n], &mut chunk);
