@@ -566,3 +566,101 @@ fn a_secret_split_across_writes_is_masked_in_every_frame_and_the_log() {
         String::from_utf8_lossy(&log)
     );
 }
+
+/// Opens the terminal WebSocket with these headers only (no token unless given).
+fn ws_raw(
+    addr: &str,
+    path: &str,
+    headers: &[(&'static str, &str)],
+) -> Result<Ws, tungstenite::Error> {
+    use tungstenite::client::IntoClientRequest;
+    let mut req = format!("ws://{addr}{path}").into_client_request().unwrap();
+    for (k, v) in headers {
+        req.headers_mut().insert(*k, v.parse().unwrap());
+    }
+    let tcp = std::net::TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(PROMPT)).unwrap();
+    tungstenite::client::client(req, tcp)
+        .map(|(w, _)| w)
+        .map_err(|e| match e {
+            tungstenite::HandshakeError::Failure(e) => e,
+            tungstenite::HandshakeError::Interrupted(_) => panic!("interrupted"),
+        })
+}
+
+fn refused_with(r: Result<Ws, tungstenite::Error>) -> u16 {
+    match r {
+        Err(tungstenite::Error::Http(resp)) => resp.status().as_u16(),
+        Err(e) => panic!("{e}"),
+        Ok(_) => 101,
+    }
+}
+
+#[test]
+fn tickets_open_a_terminal_once_and_only_from_allowed_origins() {
+    let s = Server::start(&["--allowed-origin", "https://ok.example"]);
+    let mut c = s.client();
+    let id = shell(&mut c);
+    let other = shell(&mut c);
+    let ticket = |c: &mut Client, id: &str| {
+        let r = c.post(&format!("/v1/jobs/{id}/pty/tickets"), &json!({}));
+        assert_eq!(r.status, 200, "{}", r.text());
+        let v = r.json();
+        let left = epoch_ms(text(&v, "expiresAt")).unwrap() - now_ms();
+        assert!((50_000..=61_000).contains(&left), "{v}");
+        text(&v, "ticket").to_string()
+    };
+    let path = format!("/v1/jobs/{id}/pty");
+    // No origin (not a browser), then the same ticket again.
+    let t = ticket(&mut c, &id);
+    let mut w = ws_raw(&s.addr, &format!("{path}?ticket={t}"), &[]).expect("a ticket opens it");
+    send(&mut w, b"echo via-ticket\n");
+    let mut seen = Seen::default();
+    read_until(&mut w, &mut seen, "the echo", |s| {
+        contains(&s.out, "via-ticket")
+    });
+    assert_eq!(
+        refused_with(ws_raw(&s.addr, &format!("{path}?ticket={t}"), &[])),
+        401
+    );
+    // An allowed origin; one that is not; a ticket for another job; a made-up one.
+    let t = ticket(&mut c, &id);
+    let ok = ws_raw(
+        &s.addr,
+        &format!("{path}?ticket={t}"),
+        &[("Origin", "https://ok.example")],
+    );
+    assert_eq!(refused_with(ok), 101);
+    let t = ticket(&mut c, &id);
+    let bad = ws_raw(
+        &s.addr,
+        &format!("{path}?ticket={t}"),
+        &[("Origin", "https://evil.example")],
+    );
+    assert_eq!(refused_with(bad), 403);
+    let t = ticket(&mut c, &other);
+    assert_eq!(
+        refused_with(ws_raw(&s.addr, &format!("{path}?ticket={t}"), &[])),
+        401
+    );
+    let fake = "0".repeat(64);
+    assert_eq!(
+        refused_with(ws_raw(&s.addr, &format!("{path}?ticket={fake}"), &[])),
+        401
+    );
+    // Without --allowed-origin, no browser page may use one.
+    let s2 = Server::start(&[]);
+    let mut c2 = s2.client();
+    let id2 = shell(&mut c2);
+    let t = ticket(&mut c2, &id2);
+    let r = ws_raw(
+        &s2.addr,
+        &format!("/v1/jobs/{id2}/pty?ticket={t}"),
+        &[("Origin", "http://localhost")],
+    );
+    assert_eq!(refused_with(r), 403);
+    for id in [&id, &other] {
+        c.post(&format!("/v1/jobs/{id}/cancel"), &json!({}));
+    }
+    c2.post(&format!("/v1/jobs/{id2}/cancel"), &json!({}));
+}

@@ -38,7 +38,25 @@ pub struct App {
     waiting: AtomicUsize,
     /// The most that may wait at once.
     max_waiting: usize,
+    /// Terminal tickets not used yet (see [`App::issue_ticket`]).
+    tickets: std::sync::Mutex<Vec<Ticket>>,
+    /// Browser origins whose pages may use a ticket (`--allowed-origin`).
+    allowed_origins: Vec<String>,
 }
+
+/// A single-use credential for one terminal WebSocket, for a browser (which cannot set
+/// the bearer header on a WebSocket).
+struct Ticket {
+    value: String,
+    /// The request path it opens.
+    path: String,
+    expires: std::time::Instant,
+}
+
+/// How long a ticket is valid.
+pub const TICKET_TTL: Duration = Duration::from_secs(60);
+/// The most tickets outstanding at once.
+const MAX_TICKETS: usize = 1024;
 
 /// A request's place among those that wait; given back on drop.
 pub struct WaitSlot<'a>(&'a AtomicUsize);
@@ -79,7 +97,82 @@ impl App {
             hub,
             waiting: AtomicUsize::new(0),
             max_waiting: usize::MAX,
+            tickets: std::sync::Mutex::new(Vec::new()),
+            allowed_origins: Vec::new(),
         }
+    }
+
+    /// The browser origins whose pages may open a terminal with a ticket.
+    pub fn with_allowed_origins(mut self, origins: Vec<String>) -> App {
+        self.allowed_origins = origins
+            .into_iter()
+            .map(|o| o.trim_end_matches('/').to_ascii_lowercase())
+            .collect();
+        self
+    }
+
+    /// A new ticket for `path` (random, single use, valid [`TICKET_TTL`]), and when it
+    /// expires.
+    pub(super) fn issue_ticket(
+        &self,
+        path: String,
+    ) -> std::result::Result<(String, std::time::SystemTime), Failure> {
+        let mut random = [0u8; 32];
+        crate::os::proc::random_bytes(&mut random).map_err(|e| Error::io("random ticket", e))?;
+        let value: String = random.iter().map(|b| format!("{b:02x}")).collect();
+        let now = std::time::Instant::now();
+        let mut t = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
+        t.retain(|t| t.expires > now);
+        if t.len() >= MAX_TICKETS {
+            return Err(Error::RateLimited(
+                "too many terminal tickets are outstanding; use or let some expire".into(),
+            )
+            .into());
+        }
+        t.push(Ticket {
+            value: value.clone(),
+            path,
+            expires: now + TICKET_TTL,
+        });
+        Ok((value, std::time::SystemTime::now() + TICKET_TTL))
+    }
+
+    /// Takes the ticket `given` for `head` (single use: it is gone whatever follows), and
+    /// checks the page's `Origin`.
+    fn redeem_ticket(&self, given: &str, head: &Head) -> Result<Access, Error> {
+        let now = std::time::Instant::now();
+        let found = {
+            let mut t = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
+            t.retain(|t| t.expires > now);
+            // Every ticket is compared, in constant time each.
+            let mut hit = None;
+            for (i, t) in t.iter().enumerate() {
+                if crate::api::auth::ct_eq(t.value.as_bytes(), given.as_bytes()) {
+                    hit = Some(i);
+                }
+            }
+            hit.map(|i| t.swap_remove(i))
+        };
+        let Some(ticket) = found.filter(|t| t.path == head.path) else {
+            return Err(Error::Auth(
+                "the ticket is unknown, used or expired (or for another job): get a new one \
+                 with POST /v1/jobs/{id}/pty/tickets"
+                    .into(),
+            ));
+        };
+        let _ = ticket;
+        if let Some(origin) = head.header("origin") {
+            let o = origin.trim().trim_end_matches('/').to_ascii_lowercase();
+            if !self.allowed_origins.contains(&o) {
+                return Err(Error::Forbidden(format!(
+                    "pages from origin {} may not open terminals: start serve with \
+                     --allowed-origin {}",
+                    shown_path(origin),
+                    shown_path(origin)
+                )));
+            }
+        }
+        Ok(Access::Full)
     }
 
     /// Caps the requests that wait at once: long-polls, starts that wait for their job,
@@ -122,8 +215,16 @@ impl App {
     /// the request may not go on.
     fn admit(&self, head: &Head) -> Result<Admitted, Response> {
         let public = Route::is_public_path(&head.path);
+        let ticket = ticket_in(&head.query);
         let access = if public {
             Access::Full
+        } else if let Some(t) = ticket.as_deref()
+            && head.all("authorization").next().is_none()
+            && head.method == "GET"
+            && head.path.ends_with("/pty")
+        {
+            self.redeem_ticket(t, head)
+                .map_err(|e| error_response(e.into()))?
         } else {
             let auth: Vec<&str> = head.all("authorization").collect();
             self.tokens
@@ -197,6 +298,15 @@ fn json_response(status: u16, v: &Value) -> Response {
         job_id: None,
         upgrade: None,
     }
+}
+
+/// The `ticket` query parameter, decoded.
+fn ticket_in(query: &str) -> Option<String> {
+    query
+        .split('&')
+        .filter_map(|p| p.split_once('='))
+        .find(|(k, _)| *k == "ticket")
+        .and_then(|(_, v)| crate::api::request::percent_decode(v))
 }
 
 /// The length of a value's JSON text, without writing it anywhere.
@@ -419,7 +529,9 @@ mod tests {
             Route::StartJob => (400, "command is missing"),
             Route::ListJobs => (200, "\"jobs\":[]"),
             Route::GetJob | Route::JobOutput | Route::CancelJob => (404, "no job"),
-            Route::JobStdin | Route::JobResize | Route::JobPty => (404, "no job"),
+            Route::JobStdin | Route::JobResize | Route::JobPty | Route::PtyTicket => {
+                (404, "no job")
+            }
             Route::GetEnv | Route::SetEnv => (200, "\"names\":[]"),
             Route::Sandbox => (200, "\"bootId\":\"boot-a\""),
             Route::StartPreview => (400, "port is missing"),

@@ -71,6 +71,11 @@ pub struct ServeArgs {
     /// Prune ended jobs older than this many days
     #[arg(long, value_name = "D", default_value = "7")]
     pub keep_days: f64,
+    /// A browser origin (`https://host[:port]`) whose pages may open a terminal WebSocket
+    /// with a ticket; repeatable. Without it, a ticket is refused when the request
+    /// carries any `Origin` header
+    #[arg(long = "allowed-origin", value_name = "ORIGIN")]
+    pub allowed_origins: Vec<String>,
 }
 
 /// Settles every record at start (a resumed sandbox's `running` jobs become `lost` at
@@ -189,7 +194,9 @@ pub fn serve_main(args: ServeArgs) -> Result<i32> {
     }));
     let hub = watch::Hub::start();
     let app = Arc::new(
-        app::App::new(store, cfg, tokens, sandbox, Arc::clone(&hub)).with_max_waiting(max_waiting),
+        app::App::new(store, cfg, tokens, sandbox, Arc::clone(&hub))
+            .with_max_waiting(max_waiting)
+            .with_allowed_origins(args.allowed_origins.clone()),
     );
     let limits = http::Limits {
         max_body: args.max_body,

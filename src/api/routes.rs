@@ -90,7 +90,9 @@ routes! {
     /// Append the raw body to an interactive job's stdin (`close=true`: then close it).
     JobStdin = "POST" "/v1/jobs/{id}/stdin", Full, ["close"], handlers::interactive::stdin;
     /// A terminal job over a WebSocket.
-    JobPty = "GET" "/v1/jobs/{id}/pty", Full, ["write"], handlers::pty::get;
+    JobPty = "GET" "/v1/jobs/{id}/pty", Full, ["write", "ticket"], handlers::pty::get;
+    /// A single-use ticket that opens a terminal WebSocket without the bearer header.
+    PtyTicket = "POST" "/v1/jobs/{id}/pty/tickets", Full, [], handlers::pty::ticket;
     /// Resize a terminal job's terminal.
     JobResize = "POST" "/v1/jobs/{id}/resize", Full, [], handlers::interactive::resize;
     /// The persisted env's names.
@@ -260,6 +262,7 @@ mod tests {
             Route::CancelJob => Some(&[]),
             Route::JobResize => Some(RESIZE_FIELDS),
             Route::JobStdin | Route::JobPty => None,
+            Route::PtyTicket => Some(&[]),
             Route::Health
             | Route::ListJobs
             | Route::GetJob

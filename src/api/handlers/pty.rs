@@ -30,6 +30,19 @@ pub const MAX_BEHIND: usize = 1 << 20;
 /// The largest message a client may send.
 const MAX_MESSAGE: usize = 1 << 20;
 
+/// `POST /v1/jobs/{id}/pty/tickets`: a single-use ticket (valid 60 s) that opens this
+/// job's terminal as `?ticket=T` instead of the bearer header, for a browser.
+pub fn ticket(app: &App, call: &Call<'_>) -> Reply {
+    let id = call.job()?;
+    crate::api::request::no_body(call.body)?;
+    let rec = crate::job::settle::load(&app.store, &id)?;
+    if rec.status.is_final() {
+        return Err(Error::Conflict(format!("job {id} has ended")).into());
+    }
+    let (ticket, expires) = app.issue_ticket(format!("/v1/jobs/{id}/pty"))?;
+    Ok(json!({"ticket": ticket, "expiresAt": crate::text::timefmt::rfc3339(expires)}))
+}
+
 /// The table's handler: only reached without an upgrade (see [`open`]).
 pub fn get(app: &App, call: &Call<'_>) -> Reply {
     open(app, call).map(|_| Value::Null)
