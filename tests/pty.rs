@@ -664,3 +664,48 @@ fn tickets_open_a_terminal_once_and_only_from_allowed_origins() {
     }
     c2.post(&format!("/v1/jobs/{id2}/cancel"), &json!({}));
 }
+
+#[test]
+fn cli_attach_detach_and_exec_tty() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let s = Server::start(&[]);
+    let mut c = s.client();
+    let attach = |id: &str| {
+        let mut cmd = s.sb.cmd(&["attach", id]);
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        s.sb.spawn(cmd)
+    };
+    // Keys in, output out, the job's status as ours.
+    let id = shell(&mut c);
+    let mut child = attach(&id);
+    let mut keys = child.stdin.take().unwrap();
+    keys.write_all(b"echo from-$((40+2))\n").unwrap();
+    wait_output(&s, &id, "from-42");
+    keys.write_all(b"exit 5\n").unwrap();
+    let out = s.sb.finish(child, PROMPT);
+    assert_eq!(out.code, Some(5), "{out:?}");
+    assert!(out.stdout.contains("from-42"), "{out:?}");
+    // Ctrl-] d detaches; the job runs on, and a lone Ctrl-] is passed on.
+    let id = shell(&mut c);
+    let mut child = attach(&id);
+    let mut keys = child.stdin.take().unwrap();
+    keys.write_all(b"echo one\x1d\x1dd").unwrap();
+    let out = s.sb.finish(child, PROMPT);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(out.stderr.contains("detached"), "{out:?}");
+    assert_eq!(c.get(&format!("/v1/jobs/{id}")).json()["status"], "running");
+    assert_eq!(write(&mut c, &id, b"\nexit\n", false).status, 200);
+    final_record(&mut c, &id);
+    // exec --tty: a terminal job, attached (the size defaults to 80x24 off a terminal).
+    let out =
+        s.sb.run(&["exec", "--tty", "--", "sleep 0.5; stty size; exit 2"]);
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert!(out.stdout.contains("24 80"), "{out:?}");
+    let out =
+        s.sb.run(&["exec", "--tty", "--", "tty >/dev/null && echo on-a-tty"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(out.stdout.contains("on-a-tty"), "{out:?}");
+}

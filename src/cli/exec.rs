@@ -58,6 +58,10 @@ pub struct Args {
     /// Print the job record (with its output tail) as JSON instead of streaming output
     #[arg(long)]
     json: bool,
+    /// Run the job on a pseudo-terminal and attach this terminal to it (raw mode; Ctrl-]
+    /// then d detaches and leaves it running)
+    #[arg(long, conflicts_with_all = ["json", "wait"])]
+    tty: bool,
     #[command(flatten)]
     limits: LimitArgs,
     /// The command; words are joined with single spaces (as ssh does)
@@ -89,6 +93,12 @@ pub fn run(a: Args) -> Result<i32> {
         }
     }
     let store = super::open_store()?;
+    if a.tty {
+        let (cols, rows) = crate::os::term::size(std::io::stdout()).unwrap_or((80, 24));
+        req.pty = Some(spec::PtySize { cols, rows });
+        let rec = crate::job::launch::start(&store, &cfg, req)?;
+        return super::attach::session(&store, &rec.id, true);
+    }
     exec(&store, &cfg, req, wait, a.json)
 }
 

@@ -5,6 +5,7 @@
 //! - [`follow`]: waiting on a job, and streaming its output as it comes
 //! - [`print`]: what several commands print: JSON, durations, the job table
 
+mod attach;
 mod cancel;
 mod exec;
 mod follow;
@@ -45,6 +46,9 @@ pub enum Cmd {
     /// Run a shell command as a job; stream its output and exit with its status
     #[command(after_help = exec::after_help())]
     Exec(exec::Args),
+    /// Attach this terminal to a terminal job (Ctrl-] then d detaches; the job runs on)
+    #[command(after_help = ENVIRONMENT)]
+    Attach(attach::Args),
     /// List jobs, or show one job's record and output tail
     #[command(after_help = ENVIRONMENT)]
     Status(status::Args),
@@ -68,6 +72,7 @@ pub fn main(cmd: Cmd) -> Result<i32> {
     }
     match cmd {
         Cmd::Exec(a) => exec::run(a),
+        Cmd::Attach(a) => attach::run(a),
         Cmd::Status(a) => status::run(a),
         Cmd::Logs(a) => logs::run(a),
         Cmd::Cancel(a) => cancel::run(a),

@@ -13,6 +13,8 @@ use crate::state::store::Store;
 
 /// The socket's name in the job's folder.
 pub const SOCKET: &str = "control.sock";
+/// An empty file beside it, kept after the job ends: the job was interactive.
+pub const MARK: &str = "interactive";
 /// The longest request line.
 pub const MAX_LINE: usize = 256;
 /// The most input bytes in one request; more is sent as several.
@@ -51,7 +53,8 @@ impl Control {
             }
             Err(_) if !path.exists() => {
                 let rec = crate::job::settle::load(store, id)?;
-                if rec.status.is_final() {
+                // An interactive job that is ending has removed its socket already.
+                if rec.status.is_final() || store.job_dir(id).join(MARK).exists() {
                     Err(ended(id))
                 } else {
                     Err(Error::Conflict(format!(

@@ -13,5 +13,6 @@ pub mod probe;
 pub mod proc;
 pub mod pty;
 pub mod spawn;
+pub mod term;
 pub mod users;
 pub mod watch;

@@ -79,6 +79,7 @@ impl Control {
         secrets: &[&[u8]],
     ) -> io::Result<Control> {
         let _ = std::fs::remove_file(path);
+        std::fs::write(path.with_file_name(crate::job::control::MARK), b"")?;
         let listener = UnixListener::bind(path)?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
         listener.set_nonblocking(true)?;
