@@ -709,3 +709,34 @@ fn cli_attach_detach_and_exec_tty() {
     assert_eq!(out.code, Some(0), "{out:?}");
     assert!(out.stdout.contains("on-a-tty"), "{out:?}");
 }
+
+#[test]
+fn a_terminal_job_of_another_user_owns_its_terminal() {
+    if !nix::unistd::geteuid().is_root()
+        || nix::unistd::User::from_name("nobody")
+            .ok()
+            .flatten()
+            .is_none()
+    {
+        eprintln!("skipped: needs root and the user nobody");
+        return;
+    }
+    let sb = Sandbox::new();
+    let out = sb.run(&[
+        "exec",
+        "--tty",
+        "--job-user",
+        "nobody",
+        "--cwd",
+        "/",
+        "--",
+        "stat -c %U $(tty); stty size; id -u; exit 4",
+    ]);
+    assert_eq!(out.code, Some(4), "{out:?}");
+    assert!(
+        out.stdout.contains("nobody")
+            && out.stdout.contains("24 80")
+            && out.stdout.contains("65534"),
+        "{out:?}"
+    );
+}
