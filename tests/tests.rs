@@ -9,6 +9,7 @@ mod api;
 mod cli;
 mod corpus;
 mod durability;
+mod events;
 mod harness;
 mod jobs;
 mod openapi;

@@ -34,10 +34,21 @@ pub struct App {
     tokens: Tokens,
     pub(super) sandbox: SandboxStart,
     pub(super) hub: Arc<Hub>,
-    /// Requests waiting now (see [`App::wait_slot`]).
-    waiting: AtomicUsize,
+    /// The events journal as the server follows it, and the counters of the metrics.
+    pub(super) feed: Arc<super::feed::Feed>,
+    /// Requests waiting now (see [`App::wait_slot`]); event streams count too.
+    waiting: Arc<AtomicUsize>,
     /// The most that may wait at once.
     max_waiting: usize,
+}
+
+/// [`WaitSlot`] for a streamed answer, which outlives its handler's call.
+pub struct OwnedSlot(Arc<AtomicUsize>);
+
+impl Drop for OwnedSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// A request's place among those that wait; given back on drop.
@@ -71,13 +82,15 @@ impl App {
         sandbox: SandboxStart,
         hub: Arc<Hub>,
     ) -> App {
+        let feed = super::feed::Feed::start(store.root());
         App {
+            feed,
             store,
             cfg,
             tokens,
             sandbox,
             hub,
-            waiting: AtomicUsize::new(0),
+            waiting: Arc::new(AtomicUsize::new(0)),
             max_waiting: usize::MAX,
         }
     }
@@ -111,6 +124,13 @@ impl App {
                 Err(f)
             }
         }
+    }
+
+    /// [`App::wait_slot`] for a streamed answer, held until the stream ends.
+    pub(super) fn owned_slot(&self, retry: &str) -> std::result::Result<OwnedSlot, Failure> {
+        // The place taken is handed over, not given back.
+        std::mem::forget(self.wait_slot(retry)?);
+        Ok(OwnedSlot(Arc::clone(&self.waiting)))
     }
 
     /// The persisted env.
@@ -195,6 +215,7 @@ fn json_response(status: u16, v: &Value) -> Response {
         close: false,
         route: "",
         job_id: None,
+        stream: None,
     }
 }
 
@@ -269,7 +290,14 @@ impl Handler for App {
             query: &query,
             id: id.as_deref(),
         };
-        let reply = (route.handler())(self, &call);
+        let reply = match super::handlers::raw(self, route, &call) {
+            Some(Ok(mut resp)) => {
+                resp.route = route.template();
+                return resp;
+            }
+            Some(Err(f)) => Err(f),
+            None => (route.handler())(self, &call),
+        };
         let mut close = false;
         let mut job_id = id.as_deref().and_then(JobId::parse).map(|j| j.to_string());
         let mut resp = match reply {
@@ -315,6 +343,12 @@ impl Handler for App {
     }
 
     fn done(&self, head: Option<&Head>, resp: &Response, elapsed: Duration) {
+        let route = if resp.route.is_empty() {
+            "unmatched"
+        } else {
+            resp.route
+        };
+        self.feed.request(route, resp.status, elapsed);
         // Only the route template is logged, never the path or query: a token or secret
         // pasted into a URL must not reach the log.
         let mut line = json!({
@@ -396,6 +430,8 @@ mod tests {
             Route::Sandbox => (200, "\"bootId\":\"boot-a\""),
             Route::StartPreview => (400, "port is missing"),
             Route::ListPorts => (200, "\"ports\":["),
+            Route::Events => (200, "\"events\":[]"),
+            Route::Metrics => (200, "gitterm_jobs_started_total 0"),
         }
     }
 

@@ -97,6 +97,11 @@ routes! {
     StartPreview = "POST" "/v1/previews", Full, [], handlers::previews::start;
     /// The listening TCP ports.
     ListPorts = "GET" "/v1/ports", Full, [], handlers::ports::list;
+    /// Job events after a cursor; long-polls, or streams them as Server-Sent Events.
+    Events = "GET" "/v1/events", Full, ["after", "waitSeconds", "limit", "jobId"],
+        handlers::events::get;
+    /// Counters and gauges in the Prometheus text format.
+    Metrics = "GET" "/v1/metrics", Full, [], handlers::metrics::get;
 }
 
 /// What a request's method and path resolve to.
@@ -258,7 +263,9 @@ mod tests {
             | Route::JobOutput
             | Route::GetEnv
             | Route::Sandbox
-            | Route::ListPorts => None,
+            | Route::ListPorts
+            | Route::Events
+            | Route::Metrics => None,
         }
     }
 

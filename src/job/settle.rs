@@ -140,6 +140,7 @@ pub fn load(store: &Store, id: &JobId) -> Result<JobRecord> {
     store
         .write_record(&rec)
         .map_err(|e| Error::io(format!("recording job {id} as lost"), e))?;
+    crate::state::events::record(store.root(), crate::state::events::LOST, &rec);
     Ok(rec)
 }
 

@@ -75,6 +75,8 @@ pub fn list(app: &App, call: &Call<'_>) -> Reply {
         .map_or(request::DEFAULT_LIST_LIMIT, |n| n as usize);
     let after = q.get("cursor").map(Place::parse).transpose()?;
     let wanted = |r: &JobRecord| status.is_none_or(|s| r.status == s);
+    // Read before the listing: watching from it misses nothing that changed during it.
+    let events_cursor = app.feed.journal.cursor(app.feed.journal.end());
     let mut places: Vec<(Place, Option<String>)> = Vec::new();
     scan(app, |id, loaded| {
         let entry = match loaded {
@@ -116,7 +118,7 @@ pub fn list(app: &App, call: &Call<'_>) -> Reply {
         jobs.push(entry);
         last = Some(place);
     }
-    Ok(json!({ "jobs": jobs, "next": next }))
+    Ok(json!({ "jobs": jobs, "next": next, "eventsCursor": events_cursor }))
 }
 
 /// Calls `f` with every job folder's id and its record as [`crate::job::settle::load`] reads

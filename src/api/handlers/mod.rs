@@ -3,8 +3,10 @@
 //! [`Failure`] out.
 
 pub mod env;
+pub mod events;
 pub mod health;
 pub mod jobs;
+pub mod metrics;
 pub mod output;
 pub mod ports;
 pub mod previews;
@@ -74,5 +76,20 @@ impl From<Error> for Failure {
             extra: Default::default(),
             close: false,
         }
+    }
+}
+
+/// The answer of a route that is not JSON (the metrics' text, an event stream), if this
+/// request is to one.
+pub fn raw(
+    app: &App,
+    route: super::routes::Route,
+    call: &Call<'_>,
+) -> Option<std::result::Result<super::http::Response, Failure>> {
+    use super::routes::Route;
+    match route {
+        Route::Metrics => Some(metrics::text(app)),
+        Route::Events if events::wants_stream(call) => Some(events::stream(app, call)),
+        _ => None,
     }
 }

@@ -63,6 +63,10 @@ impl Default for Limits {
 /// so the connection can stay open.
 const SKIPPABLE_BODY: u64 = 64 << 10;
 
+/// How long one write of a streamed body may take: a client that stops reading is cut
+/// off after it.
+const STREAM_WRITE: Duration = Duration::from_secs(10);
+
 /// A kept-alive connection is not closed to admit another until it has been idle this
 /// long: a client usually sends its next request right after an answer.
 const KEEP_ALIVE_GRACE: Duration = Duration::from_secs(1);
@@ -518,7 +522,8 @@ impl<H: Handler> Out<'_, H> {
         close: bool,
         unread_body: bool,
     ) -> bool {
-        resp.close = close;
+        resp.close = close || resp.stream.is_some();
+        let close = resp.close;
         let ok = send(r, &resp, head.minor, self.limits).is_ok();
         self.handler.done(Some(head), &resp, self.started.elapsed());
         if !ok || close {
@@ -548,7 +553,16 @@ fn respond_fault<H: Handler>(
 /// Writes a response within the write timeout, counted for the whole response.
 fn send(r: &BufReader<Stream>, resp: &Response, minor: u8, limits: &Limits) -> io::Result<()> {
     let by = Instant::now() + limits.write_timeout;
-    write_response(resp, minor, |b| r.get_ref().write_all_by(b, by))
+    let streamed = resp.stream.is_some();
+    write_response(resp, minor, |b| {
+        // A stream's each write has the whole timeout; a response's, together.
+        let by = if streamed {
+            Instant::now() + limits.write_timeout.min(STREAM_WRITE)
+        } else {
+            by
+        };
+        r.get_ref().write_all_by(b, by)
+    })
 }
 
 /// Closes after an error response. When the client may still be sending (a refused body),
@@ -643,6 +657,7 @@ mod tests {
                     close: false,
                     route: "",
                     job_id: None,
+                    stream: None,
                 }
             }
             fn done(&self, _: Option<&Head>, _: &Response, _: Duration) {}

@@ -17,6 +17,7 @@ pub fn reason(status: u16) -> &'static str {
         405 => "Method Not Allowed",
         408 => "Request Timeout",
         409 => "Conflict",
+        410 => "Gone",
         413 => "Content Too Large",
         429 => "Too Many Requests",
         500 => "Internal Server Error",
@@ -45,6 +46,11 @@ pub(super) fn write_response(
     minor: u8,
     mut write: impl FnMut(&[u8]) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
+    if let Some(stream) = resp.stream.as_ref().and_then(super::Streamed::take) {
+        write(&encode_head(resp, minor, 0))?;
+        stream(&mut write);
+        return Ok(());
+    }
     if resp.body.len() <= COPIED_BODY {
         return write(&encode(resp, minor));
     }
@@ -55,17 +61,14 @@ pub(super) fn write_response(
 /// The status line and headers, with room for `extra` more bytes.
 fn encode_head(resp: &Response, minor: u8, extra: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(160 + extra);
-    let _ = write!(
-        out,
-        "HTTP/1.1 {} {}\r\nContent-Length: {}\r\n",
-        resp.status,
-        reason(resp.status),
-        resp.body.len()
-    );
+    let _ = write!(out, "HTTP/1.1 {} {}\r\n", resp.status, reason(resp.status));
+    if resp.stream.is_none() {
+        let _ = write!(out, "Content-Length: {}\r\n", resp.body.len());
+    }
     for (k, v) in &resp.headers {
         let _ = write!(out, "{k}: {v}\r\n");
     }
-    if resp.close {
+    if resp.close || resp.stream.is_some() {
         out.extend_from_slice(b"Connection: close\r\n");
     } else if minor == 0 {
         out.extend_from_slice(b"Connection: keep-alive\r\n");
@@ -87,6 +90,7 @@ mod tests {
             close: true,
             route: "",
             job_id: None,
+            stream: None,
         };
         assert_eq!(
             String::from_utf8(encode(&resp, 1)).unwrap(),
@@ -103,6 +107,7 @@ mod tests {
             close: false,
             route: "",
             job_id: None,
+            stream: None,
         };
         for (n, writes) in [(10, 1), (COPIED_BODY, 1), (COPIED_BODY + 1, 2)] {
             let r = resp(n);

@@ -48,6 +48,33 @@ pub struct Response {
     pub route: &'static str,
     /// The job the request was about, for the log.
     pub job_id: Option<String>,
+    /// A body written as it comes instead of `body`: sent without a length, and the
+    /// connection closes when it ends.
+    pub stream: Option<Streamed>,
+}
+
+/// Writes a streamed body through the function it is given; each call of that function
+/// has the write timeout of its own, so a client that stops reading is cut off after it.
+pub type StreamFn = Box<dyn FnOnce(&mut dyn FnMut(&[u8]) -> std::io::Result<()>) + Send>;
+
+/// A streamed body, taken once when the response is written.
+#[derive(Clone)]
+pub struct Streamed(pub std::sync::Arc<std::sync::Mutex<Option<StreamFn>>>);
+
+impl Streamed {
+    pub fn new(f: StreamFn) -> Streamed {
+        Streamed(std::sync::Arc::new(std::sync::Mutex::new(Some(f))))
+    }
+
+    fn take(&self) -> Option<StreamFn> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+impl std::fmt::Debug for Streamed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Streamed")
+    }
 }
 
 /// Something wrong at the HTTP level, before a handler could see the request.
