@@ -185,17 +185,14 @@ fn json_response(status: u16, v: &Value) -> Response {
     let mut body = Vec::with_capacity(json_len(v) + 1);
     let _ = serde_json::to_writer(&mut body, v);
     body.push(b'\n');
-    Response {
+    Response::new(
         status,
-        headers: vec![
+        vec![
             ("Content-Type", "application/json".into()),
             ("Cache-Control", "no-store".into()),
         ],
         body,
-        close: false,
-        route: "",
-        job_id: None,
-    }
+    )
 }
 
 /// The length of a value's JSON text, without writing it anywhere.
