@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::auth::{Access, Tokens};
-use super::handlers::{Call, Failure};
+use super::handlers::{Answer, Call, Failure};
 use super::http::{Fault, Handler, Head, Request, Response};
 use super::request::Query;
 use super::routes::{Matched, Route, Scope};
@@ -35,15 +35,16 @@ pub struct App {
     pub(super) sandbox: SandboxStart,
     pub(super) hub: Arc<Hub>,
     /// Requests waiting now (see [`App::wait_slot`]).
-    waiting: AtomicUsize,
+    waiting: Arc<AtomicUsize>,
     /// The most that may wait at once.
     max_waiting: usize,
 }
 
-/// A request's place among those that wait; given back on drop.
-pub struct WaitSlot<'a>(&'a AtomicUsize);
+/// A request's place among those that wait; given back on drop. It owns its share of the
+/// count, so a streamed answer can hold it after its handler returned.
+pub struct WaitSlot(Arc<AtomicUsize>);
 
-impl Drop for WaitSlot<'_> {
+impl Drop for WaitSlot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
     }
@@ -77,7 +78,7 @@ impl App {
             tokens,
             sandbox,
             hub,
-            waiting: AtomicUsize::new(0),
+            waiting: Arc::new(AtomicUsize::new(0)),
             max_waiting: usize::MAX,
         }
     }
@@ -94,14 +95,14 @@ impl App {
     /// for as long as it waits, so their number is capped below the connection cap, and
     /// short requests always find room. Over the cap: 429 `rate_limited`, and the
     /// connection closes so that its place is free at once.
-    pub(super) fn wait_slot(&self, retry: &str) -> std::result::Result<WaitSlot<'_>, Failure> {
+    pub(super) fn wait_slot(&self, retry: &str) -> std::result::Result<WaitSlot, Failure> {
         let taken = self
             .waiting
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
                 (n < self.max_waiting).then_some(n + 1)
             });
         match taken {
-            Ok(_) => Ok(WaitSlot(&self.waiting)),
+            Ok(_) => Ok(WaitSlot(Arc::clone(&self.waiting))),
             Err(_) => {
                 let mut f = Failure::from(Error::RateLimited(format!(
                     "{} requests are waiting already, the most at once; retry shortly, or {retry}",
@@ -270,11 +271,15 @@ impl Handler for App {
         let mut close = false;
         let mut job_id = id.as_deref().and_then(JobId::parse).map(|j| j.to_string());
         let mut resp = match reply {
-            Ok(v) => {
+            Ok(Answer::Json(v)) => {
                 if route == Route::StartJob {
                     job_id = v.get("id").and_then(Value::as_str).map(str::to_string);
                 }
                 json_response(200, &v)
+            }
+            Ok(Answer::Response(resp)) => {
+                close = resp.close;
+                resp
             }
             Err(f) => {
                 close = f.close;
