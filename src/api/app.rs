@@ -41,7 +41,7 @@ pub struct App {
 }
 
 /// A request's place among those that wait; given back on drop. It owns its share of the
-/// count, so a streamed answer can hold it after its handler returned.
+/// count, so a streamed answer (a followed log) can hold it after its handler returned.
 pub struct WaitSlot(Arc<AtomicUsize>);
 
 impl Drop for WaitSlot {
@@ -91,10 +91,10 @@ impl App {
     }
 
     /// A place for a request about to wait: a long-poll (`waitSeconds` on a job or its
-    /// output), a start that waits for its job's end, a preview. Each holds a connection
-    /// for as long as it waits, so their number is capped below the connection cap, and
-    /// short requests always find room. Over the cap: 429 `rate_limited`, and the
-    /// connection closes so that its place is free at once.
+    /// output), a followed log, a start that waits for its job's end, a preview. Each
+    /// holds a connection for as long as it waits, so their number is capped below the
+    /// connection cap, and short requests always find room. Over the cap: 429
+    /// `rate_limited`, and the connection closes so that its place is free at once.
     pub(super) fn wait_slot(&self, retry: &str) -> std::result::Result<WaitSlot, Failure> {
         let taken = self
             .waiting
@@ -213,7 +213,7 @@ pub(super) fn json_len(v: &Value) -> usize {
     c.0
 }
 
-fn error_response(f: Failure) -> Response {
+pub(super) fn error_response(f: Failure) -> Response {
     let mut v = f.err.to_json();
     if let Some(obj) = v.get_mut("error").and_then(Value::as_object_mut) {
         for (k, x) in f.extra {
@@ -393,7 +393,7 @@ mod tests {
             Route::Health => (200, "\"ok\":true"),
             Route::StartJob => (400, "command is missing"),
             Route::ListJobs => (200, "\"jobs\":[]"),
-            Route::GetJob | Route::JobOutput | Route::CancelJob => (404, "no job"),
+            Route::GetJob | Route::JobOutput | Route::JobLog | Route::CancelJob => (404, "no job"),
             Route::GetEnv | Route::SetEnv => (200, "\"names\":[]"),
             Route::Sandbox => (200, "\"bootId\":\"boot-a\""),
             Route::StartPreview => (400, "port is missing"),

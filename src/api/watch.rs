@@ -64,7 +64,7 @@ pub struct Hub {
 }
 
 /// Keeps a job folder watched while a request waits on it. It holds the hub, so it may
-/// outlive its handler (as a streamed answer does).
+/// outlive its handler (a followed log is streamed after the handler returned).
 pub struct Watch {
     hub: Arc<Hub>,
     id: JobId,

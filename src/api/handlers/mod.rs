@@ -5,6 +5,7 @@
 pub mod env;
 pub mod health;
 pub mod jobs;
+pub mod log;
 pub mod output;
 pub mod ports;
 pub mod previews;
@@ -63,7 +64,7 @@ pub type Reply = std::result::Result<Answer, Failure>;
 pub enum Answer {
     /// A JSON body, sent with status 200.
     Json(Value),
-    /// A response the handler made itself (a body that is not JSON, say).
+    /// A response the handler made itself (a plain-text log, streamed from its file).
     Response(Response),
 }
 
