@@ -11,4 +11,5 @@ mod corpus;
 mod durability;
 mod harness;
 mod jobs;
+mod log;
 mod openapi;
