@@ -12,4 +12,5 @@ mod durability;
 mod events;
 mod harness;
 mod jobs;
+mod log;
 mod openapi;

@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::auth::{Access, Tokens};
-use super::handlers::{Call, Failure};
+use super::handlers::{Answer, Call, Failure};
 use super::http::{Fault, Handler, Head, Request, Response};
 use super::request::Query;
 use super::routes::{Matched, Route, Scope};
@@ -42,19 +42,11 @@ pub struct App {
     max_waiting: usize,
 }
 
-/// [`WaitSlot`] for a streamed answer, which outlives its handler's call.
-pub struct OwnedSlot(Arc<AtomicUsize>);
+/// A request's place among those that wait; given back on drop. It owns its share of the
+/// count, so a streamed answer (a followed log) can hold it after its handler returned.
+pub struct WaitSlot(Arc<AtomicUsize>);
 
-impl Drop for OwnedSlot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// A request's place among those that wait; given back on drop.
-pub struct WaitSlot<'a>(&'a AtomicUsize);
-
-impl Drop for WaitSlot<'_> {
+impl Drop for WaitSlot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
     }
@@ -103,18 +95,18 @@ impl App {
     }
 
     /// A place for a request about to wait: a long-poll (`waitSeconds` on a job or its
-    /// output), a start that waits for its job's end, a preview. Each holds a connection
-    /// for as long as it waits, so their number is capped below the connection cap, and
-    /// short requests always find room. Over the cap: 429 `rate_limited`, and the
-    /// connection closes so that its place is free at once.
-    pub(super) fn wait_slot(&self, retry: &str) -> std::result::Result<WaitSlot<'_>, Failure> {
+    /// output), a followed log, a start that waits for its job's end, a preview. Each
+    /// holds a connection for as long as it waits, so their number is capped below the
+    /// connection cap, and short requests always find room. Over the cap: 429
+    /// `rate_limited`, and the connection closes so that its place is free at once.
+    pub(super) fn wait_slot(&self, retry: &str) -> std::result::Result<WaitSlot, Failure> {
         let taken = self
             .waiting
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
                 (n < self.max_waiting).then_some(n + 1)
             });
         match taken {
-            Ok(_) => Ok(WaitSlot(&self.waiting)),
+            Ok(_) => Ok(WaitSlot(Arc::clone(&self.waiting))),
             Err(_) => {
                 let mut f = Failure::from(Error::RateLimited(format!(
                     "{} requests are waiting already, the most at once; retry shortly, or {retry}",
@@ -124,13 +116,6 @@ impl App {
                 Err(f)
             }
         }
-    }
-
-    /// [`App::wait_slot`] for a streamed answer, held until the stream ends.
-    pub(super) fn owned_slot(&self, retry: &str) -> std::result::Result<OwnedSlot, Failure> {
-        // The place taken is handed over, not given back.
-        std::mem::forget(self.wait_slot(retry)?);
-        Ok(OwnedSlot(Arc::clone(&self.waiting)))
     }
 
     /// The persisted env.
@@ -205,18 +190,14 @@ fn json_response(status: u16, v: &Value) -> Response {
     let mut body = Vec::with_capacity(json_len(v) + 1);
     let _ = serde_json::to_writer(&mut body, v);
     body.push(b'\n');
-    Response {
+    Response::new(
         status,
-        headers: vec![
+        vec![
             ("Content-Type", "application/json".into()),
             ("Cache-Control", "no-store".into()),
         ],
         body,
-        close: false,
-        route: "",
-        job_id: None,
-        stream: None,
-    }
+    )
 }
 
 /// The length of a value's JSON text, without writing it anywhere.
@@ -236,7 +217,7 @@ pub(super) fn json_len(v: &Value) -> usize {
     c.0
 }
 
-fn error_response(f: Failure) -> Response {
+pub(super) fn error_response(f: Failure) -> Response {
     let mut v = f.err.to_json();
     if let Some(obj) = v.get_mut("error").and_then(Value::as_object_mut) {
         for (k, x) in f.extra {
@@ -301,11 +282,15 @@ impl Handler for App {
         let mut close = false;
         let mut job_id = id.as_deref().and_then(JobId::parse).map(|j| j.to_string());
         let mut resp = match reply {
-            Ok(v) => {
+            Ok(Answer::Json(v)) => {
                 if route == Route::StartJob {
                     job_id = v.get("id").and_then(Value::as_str).map(str::to_string);
                 }
                 json_response(200, &v)
+            }
+            Ok(Answer::Response(resp)) => {
+                close = resp.close;
+                resp
             }
             Err(f) => {
                 close = f.close;
@@ -425,7 +410,7 @@ mod tests {
             Route::Health => (200, "\"ok\":true"),
             Route::StartJob => (400, "command is missing"),
             Route::ListJobs => (200, "\"jobs\":[]"),
-            Route::GetJob | Route::JobOutput | Route::CancelJob => (404, "no job"),
+            Route::GetJob | Route::JobOutput | Route::JobLog | Route::CancelJob => (404, "no job"),
             Route::GetEnv | Route::SetEnv => (200, "\"names\":[]"),
             Route::Sandbox => (200, "\"bootId\":\"boot-a\""),
             Route::StartPreview => (400, "port is missing"),

@@ -85,6 +85,8 @@ routes! {
     /// A page of a job's output.
     JobOutput = "GET" "/v1/jobs/{id}/output", Scoped, ["offset", "limit", "waitSeconds"],
         handlers::output::page;
+    /// The whole stored output as plain text, streamed; one byte range; or followed.
+    JobLog = "GET" "/v1/jobs/{id}/log", Scoped, ["follow"], handlers::log::get;
     /// TERM, then KILL, to the whole job.
     CancelJob = "POST" "/v1/jobs/{id}/cancel", Full, [], handlers::jobs::cancel;
     /// The persisted env's names.
@@ -242,6 +244,7 @@ mod tests {
                 ("GET", "/v1/jobs"),
                 ("GET", "/v1/jobs/{id}"),
                 ("GET", "/v1/jobs/{id}/output"),
+                ("GET", "/v1/jobs/{id}/log"),
                 ("GET", "/v1/env"),
                 ("POST", "/v1/env"),
                 ("GET", "/v1/sandbox"),
@@ -261,6 +264,7 @@ mod tests {
             | Route::ListJobs
             | Route::GetJob
             | Route::JobOutput
+            | Route::JobLog
             | Route::GetEnv
             | Route::Sandbox
             | Route::ListPorts

@@ -67,7 +67,7 @@ pub fn get(app: &App, call: &Call<'_>) -> Reply {
         }
     }
     let events: Vec<Value> = page.events.iter().map(|e| e.to_json()).collect();
-    Ok(json!({"events": events, "next": journal.cursor(page.next)}))
+    Ok(json!({"events": events, "next": journal.cursor(page.next)}).into())
 }
 
 /// True if the client asks for Server-Sent Events.
@@ -88,62 +88,76 @@ pub fn stream(app: &App, call: &Call<'_>) -> std::result::Result<Response, Failu
         .header("last-event-id")
         .or_else(|| call.query.get("after"));
     let start = from(&journal, resume)?;
-    let slot = app.owned_slot("read the events as a long-poll with waitSeconds")?;
-    let feed = std::sync::Arc::clone(&app.feed);
-    let hub = std::sync::Arc::clone(&app.hub);
-    let body = move |write: &mut dyn FnMut(&[u8]) -> std::io::Result<()>| {
-        let _slot = slot;
+    let slot = app.wait_slot("read the events as a long-poll with waitSeconds")?;
+    let source = Sse {
+        _slot: slot,
+        feed: std::sync::Arc::clone(&app.feed),
+        hub: std::sync::Arc::clone(&app.hub),
+        journal,
+        job,
+        at: start,
+    };
+    let mut resp = Response::new(
+        200,
+        vec![
+            ("Content-Type", "text/event-stream".into()),
+            ("Cache-Control", "no-store".into()),
+        ],
+        Vec::new(),
+    );
+    resp.stream = Some(Streamed::Chunks(Box::new(source)));
+    Ok(resp)
+}
+
+/// The event stream's source: holds its place among the waiting requests while it runs.
+struct Sse {
+    _slot: crate::api::app::WaitSlot,
+    feed: std::sync::Arc<crate::api::feed::Feed>,
+    hub: std::sync::Arc<crate::api::watch::Hub>,
+    journal: crate::state::events::Journal,
+    job: Option<String>,
+    at: u64,
+}
+
+impl crate::api::http::Source for Sse {
+    fn send(&mut self, out: &mut crate::api::http::BodyOut<'_>) -> std::io::Result<()> {
         let began = Instant::now();
-        let mut at = start;
         let mut beat = Instant::now();
-        if write(format!("retry: {RETRY_MS}\n\n").as_bytes()).is_err() {
-            return;
-        }
-        while !hub.stopping() && began.elapsed() < MAX_STREAM {
-            let seen = feed.seq();
-            let page = match journal.read(at, 100, job.as_deref()) {
+        out.bytes(format!("retry: {RETRY_MS}\n\n").as_bytes())?;
+        while !self.hub.stopping() && began.elapsed() < MAX_STREAM && !out.hung_up() {
+            let seen = self.feed.seq();
+            let page = match self.journal.read(self.at, 100, self.job.as_deref()) {
                 Ok(p) => p,
                 Err(e) => {
-                    let _ = write(format!("event: error\ndata: {}\n\n", e.to_json()).as_bytes());
-                    return;
+                    return out
+                        .bytes(format!("event: error\ndata: {}\n\n", e.to_json()).as_bytes());
                 }
             };
-            at = page.next;
+            self.at = page.next;
             if !page.events.is_empty() {
-                let mut out = String::new();
+                let mut text = String::new();
                 for e in &page.events {
-                    out.push_str(&format!(
+                    text.push_str(&format!(
                         "id: {}\nevent: {}\ndata: {}\n\n",
                         e.cursor,
                         e.event.kind,
                         e.to_json()
                     ));
                 }
-                if write(out.as_bytes()).is_err() {
-                    return;
-                }
+                out.bytes(text.as_bytes())?;
                 beat = Instant::now();
                 continue;
             }
             if beat.elapsed() >= HEARTBEAT {
-                if write(b": heartbeat\n\n").is_err() {
-                    return;
-                }
+                out.bytes(b": heartbeat\n\n")?;
                 beat = Instant::now();
             }
-            feed.wait(seen, beat + HEARTBEAT);
+            // Short waits, so a client that hung up is noticed.
+            self.feed.wait(
+                seen,
+                (beat + HEARTBEAT).min(Instant::now() + Duration::from_secs(1)),
+            );
         }
-    };
-    Ok(Response {
-        status: 200,
-        headers: vec![
-            ("Content-Type", "text/event-stream".into()),
-            ("Cache-Control", "no-store".into()),
-        ],
-        body: Vec::new(),
-        close: true,
-        route: "",
-        job_id: None,
-        stream: Some(Streamed::new(Box::new(body))),
-    })
+        Ok(())
+    }
 }
