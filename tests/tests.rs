@@ -7,8 +7,10 @@ mod util;
 
 mod api;
 mod cli;
+mod cli_help;
 mod corpus;
 mod durability;
 mod harness;
 mod jobs;
 mod openapi;
+mod refusals;
