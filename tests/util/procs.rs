@@ -23,8 +23,10 @@ impl std::fmt::Display for ProcInfo {
     }
 }
 
-/// Every live (non-zombie) process but this one for which `matches(cmdline, environ)`
-/// holds, both as NUL-separated bytes.
+/// Every live process but this one for which `matches(cmdline, environ)` holds, both as
+/// NUL-separated bytes. A zombie leader whose other threads run on (it called
+/// `pthread_exit`) is live: its command line and environment are read through one of
+/// those threads, since the leader's own files are empty once it exited.
 pub fn scan(mut matches: impl FnMut(&[u8], &[u8]) -> bool) -> Vec<ProcInfo> {
     let me = std::process::id() as i32;
     let mut found = Vec::new();
@@ -38,21 +40,53 @@ pub fn scan(mut matches: impl FnMut(&[u8], &[u8]) -> bool) -> Vec<ProcInfo> {
         if pid <= 1 || pid == me {
             continue;
         }
-        let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let env = fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let (state, base) = match proc_state(pid) {
+            None | Some('X') => continue,
+            Some('Z') => match live_thread(pid) {
+                Some(tid) => ('Z', format!("/proc/{pid}/task/{tid}")),
+                None => continue,
+            },
+            Some(state) => (state, format!("/proc/{pid}")),
+        };
+        let cmdline = fs::read(format!("{base}/cmdline")).unwrap_or_default();
+        let env = fs::read(format!("{base}/environ")).unwrap_or_default();
         if !matches(&cmdline, &env) {
             continue;
         }
-        match proc_state(pid) {
-            None | Some('Z') | Some('X') => continue,
-            Some(state) => found.push(ProcInfo {
-                pid,
-                state,
-                cmdline: String::from_utf8_lossy(&cmdline).replace('\0', " "),
-            }),
-        }
+        found.push(ProcInfo {
+            pid,
+            state,
+            cmdline: String::from_utf8_lossy(&cmdline).replace('\0', " "),
+        });
     }
     found
+}
+
+/// A thread of `pid`'s thread group that is not a zombie, if any.
+pub fn live_thread(pid: i32) -> Option<i32> {
+    fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+        .filter_map(|t| t.file_name().to_str()?.parse::<i32>().ok())
+        .find(|tid| {
+            let stat = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"));
+            stat.ok()
+                .and_then(|t| {
+                    let close = t.rfind(')')?;
+                    t[close + 1..].trim_start().chars().next()
+                })
+                .is_some_and(|s| s != 'Z' && s != 'X')
+        })
+}
+
+/// True while some thread of `pid` can still run: it is not a zombie, or it is a zombie
+/// leader whose other threads live on. (`/proc/<pid>/stat` alone says `Z` for the latter.)
+pub fn group_alive(pid: i32) -> bool {
+    match proc_state(pid) {
+        None | Some('X') => false,
+        Some('Z') => live_thread(pid).is_some(),
+        Some(_) => true,
+    }
 }
 
 /// True when one of the NUL-separated entries of `list` contains `needle`.
