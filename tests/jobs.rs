@@ -412,19 +412,6 @@ fn max_running_refuses_more_and_writes_nothing() {
     sb.run(&["cancel", text(&v, "id")]);
 }
 
-/// Kills a job's supervisor with SIGKILL and waits until it is really gone.
-fn kill_supervisor(v: &serde_json::Value) {
-    let sup = int(v, "supervisorPid");
-    assert!(
-        proc_state(sup).is_some_and(|s| s != 'Z'),
-        "supervisor {sup} should be alive"
-    );
-    kill(sup, libc::SIGKILL);
-    eventually(PROMPT, "the supervisor to die", || {
-        (matches!(proc_state(sup), None | Some('Z'))).then_some(())
-    });
-}
-
 fn secret_file(sb: &Sandbox, value: &str) -> String {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;

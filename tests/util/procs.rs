@@ -125,6 +125,22 @@ pub fn kill_job_processes(id: &str) {
     });
 }
 
+/// Kills a job's supervisor (the record's `supervisorPid`) with SIGKILL and waits until it
+/// is really gone.
+pub fn kill_supervisor(rec: &serde_json::Value) {
+    let sup = rec["supervisorPid"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("no supervisorPid in {rec:#}")) as i32;
+    assert!(
+        proc_state(sup).is_some_and(|s| s != 'Z'),
+        "supervisor {sup} should be alive"
+    );
+    kill(sup, libc::SIGKILL);
+    eventually(PROMPT, "the supervisor to die", || {
+        (matches!(proc_state(sup), None | Some('Z'))).then_some(())
+    });
+}
+
 /// The state letter of `/proc/<pid>/stat`, or `None` when the pid does not exist.
 pub fn proc_state(pid: i32) -> Option<char> {
     let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
