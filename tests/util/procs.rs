@@ -197,26 +197,86 @@ pub fn catches(pid: i32, sig: i32) -> bool {
         .is_some_and(|m| m & (1 << (sig - 1)) != 0)
 }
 
-/// The job's cgroup v2 folder as the agent would create it, if cgroup v2 is mounted.
-pub fn job_cgroup(id: &str) -> Option<PathBuf> {
+/// Where cgroup v2 is mounted, if it is.
+pub fn cgroup2_mount() -> Option<PathBuf> {
     let mounts = fs::read_to_string("/proc/self/mounts").ok()?;
-    let mount = mounts.lines().find_map(|l| {
+    mounts.lines().find_map(|l| {
         let mut f = l.split_whitespace();
         let (_dev, dir, kind) = (f.next()?, f.next()?, f.next()?);
         (kind == "cgroup2").then(|| PathBuf::from(dir))
-    })?;
+    })
+}
+
+/// The cgroup v2 folder this process is in, if cgroup v2 is mounted.
+pub fn own_cgroup() -> Option<PathBuf> {
+    let mount = cgroup2_mount()?;
     let own = fs::read_to_string("/proc/self/cgroup").ok()?;
     let rel = own
         .lines()
         .find_map(|l| l.strip_prefix("0::"))?
         .trim_start_matches('/')
         .to_string();
-    let base = if rel.is_empty() {
+    Some(if rel.is_empty() {
         mount
     } else {
         mount.join(rel)
-    };
-    Some(base.join("gitterm").join(id))
+    })
+}
+
+/// The job's cgroup v2 folder as the agent would create it, if cgroup v2 is mounted.
+pub fn job_cgroup(id: &str) -> Option<PathBuf> {
+    Some(own_cgroup()?.join("gitterm").join(id))
+}
+
+/// The cgroup v2 path of a process (`/proc/<pid>/cgroup`'s `0::` line), as a folder
+/// under the mount.
+pub fn cgroup_of(pid: i32) -> Option<PathBuf> {
+    let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let rel = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+    Some(cgroup2_mount()?.join(rel.trim_start_matches('/')))
+}
+
+/// A cgroup of the test's own, beside the agent's `gitterm` folder: a place that is not a
+/// job's, to move processes to. Dropping it kills what is in it and removes it.
+pub struct ScratchCgroup {
+    pub path: PathBuf,
+}
+
+impl ScratchCgroup {
+    /// A new cgroup in this process's own, or `None` where cgroup v2 is not writable.
+    pub fn create(tag: &str) -> Option<ScratchCgroup> {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static SERIAL: AtomicUsize = AtomicUsize::new(0);
+        let n = SERIAL.fetch_add(1, Ordering::Relaxed);
+        let path = own_cgroup()?.join(format!("gitterm-test-{tag}-{}-{n}", std::process::id()));
+        fs::create_dir(&path).ok()?;
+        let cg = ScratchCgroup { path };
+        cg.procs().exists().then_some(cg)
+    }
+
+    /// Its `cgroup.procs`.
+    pub fn procs(&self) -> PathBuf {
+        self.path.join("cgroup.procs")
+    }
+
+    /// The pids in it.
+    pub fn pids(&self) -> Vec<i32> {
+        fs::read_to_string(self.procs())
+            .map(|s| s.lines().filter_map(|l| l.trim().parse().ok()).collect())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for ScratchCgroup {
+    fn drop(&mut self) {
+        let _ = fs::write(self.path.join("cgroup.kill"), "1");
+        for _ in 0..200 {
+            if fs::remove_dir(&self.path).is_ok() || !self.path.exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 }
 
 /// Kills what is left in a job's cgroup and removes the folder (quietly).
