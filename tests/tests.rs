@@ -11,6 +11,7 @@ mod cli_help;
 mod corpus;
 mod durability;
 mod harness;
+mod hostile;
 mod jobs;
 mod openapi;
 mod refusals;

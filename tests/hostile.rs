@@ -1,0 +1,608 @@
+//! Hostile jobs and callers, each test written as the attacker would: a job that runs as
+//! its own user and tries to reach the agent, one that stops or kills its supervisor, takes
+//! its lock, leaves its cgroup, clears its marker, forks without end or leaves a zombie
+//! leader with a live thread; a record planted to make a reader kill elsewhere; requests
+//! that smuggle a secret into what is stored in the clear, forge the job marker, or pass
+//! what the kernel would refuse.
+//!
+//! Where a test needs what the machine may lack (root, a writable cgroup v2, gcc,
+//! python3), it says so on stderr and skips that part.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::util::*;
+
+/// Seconds from the record's time field `from` to its time field `to`.
+fn span(rec: &Value, from: &str, to: &str) -> f64 {
+    let t =
+        |f: &str| epoch_ms(text(rec, f)).unwrap_or_else(|| panic!("{f} is not a time in {rec:#}"));
+    (t(to) - t(from)) as f64 / 1000.0
+}
+
+/// Runs a command with a deadline of its own (shorter than the harness's): what must
+/// not hang fails the test once `within` has passed.
+fn run_within(sb: &Sandbox, mut c: Command, within: Duration) -> Out {
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = sb.spawn(c);
+    sb.finish(child, within)
+}
+
+/// A client whose reads give up after `within` (the request then fails the test).
+fn client_within(s: &Server, within: Duration) -> Client {
+    let c = s.client();
+    c.r.get_ref().set_timeout(within);
+    c
+}
+
+/// Waits until the process is stopped (`T`).
+fn wait_stopped(pid: i32, what: &str) {
+    eventually(PROMPT, what, || {
+        matches!(proc_state(pid), Some('T') | Some('t')).then_some(())
+    });
+}
+
+/// Polls the record on disk, which (unlike every reader) never continues a stopped
+/// supervisor, until the job has ended.
+fn wait_final_on_disk(sb: &Sandbox, id: &str, within: Duration) -> Value {
+    eventually(within, &format!("job {id}'s record to be final"), || {
+        let v: Value =
+            serde_json::from_slice(&fs::read(sb.job_dir(id).join("job.json")).ok()?).ok()?;
+        (v["status"] != "running").then_some(v)
+    })
+}
+
+/// The id of a job object.
+fn id_of(v: &Value) -> String {
+    text(v, "id").to_string()
+}
+
+/// Makes the folders down to the sandbox's state root traversable by anyone (as a
+/// sandbox image's usually are), so that only the agent's own modes keep a job user out.
+fn open_the_way(sb: &Sandbox) {
+    fs::set_permissions(sb.dir(), fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+// ---------------------------------------------------------------------------------------
+// 1. Privilege separation: jobs that run as a user of their own.
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn a_job_user_has_the_users_ids_groups_login_and_home() {
+    let Some(u) = TestUser::create("id") else {
+        return;
+    };
+    let sb = Sandbox::new();
+    let script = "id -u; id -G; echo \"$HOME|$USER|$LOGNAME|$SHELL\"; pwd";
+    let caller = |c: &mut Command| {
+        // What the caller has must not leak into the job as its login.
+        c.env("USER", "caller")
+            .env("LOGNAME", "caller")
+            .env("SHELL", "/caller/shell");
+    };
+    let mut c = sb.cmd(&["exec", "--json", "--job-user", &u.name, "--", script]);
+    caller(&mut c);
+    let out = sb.run_cmd(c);
+    let v = out.json();
+    sb.remember(text(&v, "id"));
+    assert_eq!(v["status"], "succeeded", "{v:#}");
+    let home = u.home.to_str().unwrap();
+    let output = text(&v, "output");
+    let lines: Vec<&str> = output.lines().collect();
+    assert_eq!(lines.len(), 4, "{output}");
+    assert_eq!(lines[0], u.uid.to_string(), "id -u");
+    let mut groups: Vec<u32> = lines[1]
+        .split_whitespace()
+        .map(|g| g.parse().unwrap())
+        .collect();
+    groups.sort_unstable();
+    let mut want = vec![u.gid, u.group_id];
+    want.sort_unstable();
+    assert_eq!(
+        groups, want,
+        "id -G: the primary and the supplementary group"
+    );
+    assert_eq!(
+        lines[2],
+        format!("{home}|{0}|{0}|/bin/bash", u.name),
+        "HOME|USER|LOGNAME|SHELL"
+    );
+    assert_eq!(lines[3], home, "the job starts at the user's home");
+    assert_eq!(v["cwd"], home);
+    assert_eq!((&v["user"], &v["uid"]), (&json!(u.name), &json!(u.uid)));
+
+    // GITTERM_JOB_USER names the user too; the job's own variables win over the login's;
+    // a cwd given is kept.
+    let mut c = sb.cmd(&[
+        "exec",
+        "--json",
+        "--env",
+        "HOME=/job/home",
+        "--env",
+        "SHELL=/job/shell",
+        "--cwd",
+        "/tmp",
+        "--",
+        "id -u; echo \"$HOME|$SHELL|$USER\"; pwd",
+    ]);
+    caller(&mut c);
+    c.env("GITTERM_JOB_USER", &u.name);
+    let v = sb.run_cmd(c).json();
+    sb.remember(text(&v, "id"));
+    assert_eq!(v["status"], "succeeded", "{v:#}");
+    assert_eq!(
+        text(&v, "output"),
+        format!("{}\n/job/home|/job/shell|{}\n/tmp\n", u.uid, u.name)
+    );
+    assert_eq!(v["uid"], u.uid);
+}
+
+#[test]
+fn a_job_user_cannot_stop_its_supervisor_and_times_out_on_time() {
+    let Some(u) = TestUser::create("stop") else {
+        return;
+    };
+    let sb = Sandbox::new();
+    let v = sb.start(&[
+        "--job-user",
+        &u.name,
+        "--timeout",
+        "2",
+        "--grace",
+        "1",
+        "--",
+        "kill -STOP $PPID; echo \"kill exited $?\"; sleep 30",
+    ]);
+    let id = id_of(&v);
+    let log = sb.job_dir(&id).join("output.log");
+    eventually(PROMPT, "the job to try its kill", || {
+        fs::read_to_string(&log)
+            .ok()
+            .filter(|t| t.contains("kill exited"))
+    });
+    let sup = int(&v, "supervisorPid");
+    assert!(
+        !matches!(proc_state(sup), Some('T') | Some('t')),
+        "the job user stopped its supervisor"
+    );
+    // Nobody reads the job (a reader would continue a stopped supervisor): its own
+    // supervisor must end it at its timeout.
+    let rec = wait_final_on_disk(&sb, &id, PROMPT);
+    assert_eq!(rec["status"], "timed_out", "{rec:#}");
+    let output = fs::read_to_string(&log).unwrap();
+    assert!(
+        output.contains("Operation not permitted") && output.contains("kill exited 1"),
+        "the kill should fail with EPERM: {output}"
+    );
+    // 2 s and the TERM; a stopped supervisor would have let the sleep run its 30 s.
+    let took = span(&rec, "startedAt", "endedAt");
+    assert!((1.9..6.0).contains(&took), "ended {took} s after its start");
+}
+
+#[test]
+fn a_job_user_cannot_read_the_agents_files_take_its_lock_or_leave_its_cgroup() {
+    let Some(u) = TestUser::create("files") else {
+        return;
+    };
+    let sb = Arc::new(Sandbox::new());
+    open_the_way(&sb);
+    let scoped = sb.dir().join("scoped.token");
+    write_mode(&scoped, "scoped-token-for-the-user-test-0123\n", 0o600);
+    let s = Server::start_in(
+        Arc::clone(&sb),
+        "127.0.0.1:0",
+        &[
+            "--job-user",
+            &u.name,
+            "--scoped-token-file",
+            scoped.to_str().unwrap(),
+        ],
+    );
+    let mut c = s.client();
+    let r = c.post("/v1/env", &json!({"set": {"PERSISTED_NAME": "persisted"}}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    // Another job of the same user, holding a secret.
+    let secret = "other-jobs-secret-value-8f3a";
+    let r = c.post(
+        "/v1/jobs",
+        &json!({"command": "sleep 30", "background": true, "secretEnv": {"OTHER": secret}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let other = id_of(&r.json());
+    let root = s.home.to_str().unwrap().to_string();
+    for f in ["agent.token", "env.json"] {
+        assert!(s.home.join(f).exists(), "no {f} to attack");
+    }
+    let other_dir = format!("{root}/jobs/{other}");
+    assert!(Path::new(&format!("{other_dir}/secrets.env")).exists());
+
+    let mount = cgroup2_mount();
+    let mut cgroup_files: Vec<PathBuf> = Vec::new();
+    let scratch = ScratchCgroup::create("user");
+    if let Some(m) = &mount {
+        cgroup_files.push(m.join("cgroup.procs"));
+        cgroup_files.push(m.join("gitterm").join("cgroup.procs"));
+    }
+    if let Some(cg) = &scratch {
+        cgroup_files.push(cg.procs());
+    }
+    let mut script = String::from(
+        "try() { if eval \"$2\" >/dev/null 2>&1; then echo \"ALLOWED $1\"; \
+         else echo \"refused $1\"; fi; }\n\
+         cat /proc/self/cgroup > cgroup.before\n",
+    );
+    for (name, cmd) in [
+        ("token", format!("cat '{root}/agent.token'")),
+        ("env", format!("cat '{root}/env.json'")),
+        ("listing", format!("ls '{root}/jobs'")),
+        ("record", format!("cat '{other_dir}/job.json'")),
+        ("secrets", format!("cat '{other_dir}/secrets.env'")),
+        (
+            "own-record",
+            format!("cat '{root}/jobs/'$GITTERM_JOB_ID/job.json"),
+        ),
+        (
+            "lock",
+            format!("flock -n '{root}/jobs/'$GITTERM_JOB_ID/lock true"),
+        ),
+    ] {
+        script.push_str(&format!("try {name} \"{cmd}\"\n"));
+    }
+    // Every cgroup.procs there is: writing one moves the shell out of the job's cgroup.
+    if let Some(m) = &mount {
+        script.push_str(&format!(
+            "for f in $(find '{}' -maxdepth 4 -name cgroup.procs); do \
+             if echo $$ > \"$f\"; then echo \"ALLOWED cgroup $f\"; fi; done 2>/dev/null\n",
+            m.display()
+        ));
+    }
+    for f in &cgroup_files {
+        script.push_str(&format!(
+            "try 'cgroup {0}' \"echo $$ > '{0}'\"\n",
+            f.display()
+        ));
+    }
+    script.push_str("cat /proc/self/cgroup > cgroup.after\necho done\n");
+    let r = c.post(
+        "/v1/jobs",
+        &json!({"command": script, "timeoutSeconds": 30, "waitSeconds": 30}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["status"], "succeeded", "{v:#}");
+    assert_eq!(v["user"], u.name.as_str());
+    let output = text(&v, "output");
+    assert!(output.ends_with("done\n"), "{output}");
+    assert!(
+        !output.contains("ALLOWED"),
+        "the job user got through:\n{output}"
+    );
+    let refused = output.lines().filter(|l| l.starts_with("refused ")).count();
+    assert_eq!(refused, 7 + cgroup_files.len(), "{output}");
+    let before = fs::read_to_string(u.file("cgroup.before")).unwrap();
+    let after = fs::read_to_string(u.file("cgroup.after")).unwrap();
+    assert_eq!(before, after, "the job moved to another cgroup");
+    match v["cgroup"].as_str() {
+        Some(cg) => {
+            let rel = before.lines().find_map(|l| l.strip_prefix("0::")).unwrap();
+            assert!(
+                cg.ends_with(rel),
+                "the job ran outside its cgroup {cg}: {before}"
+            );
+        }
+        None => eprintln!("note: no cgroup v2 for jobs here; the cgroup part proves less"),
+    }
+    // The scoped token may not choose the user a job runs as.
+    let mut sc = Client::connect(&s.addr).token("scoped-token-for-the-user-test-0123");
+    for user in ["root", u.name.as_str()] {
+        let r = sc.post("/v1/jobs", &json!({"command": "id -u", "user": user}));
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (403, "forbidden"),
+            "{}",
+            r.text()
+        );
+    }
+    let r = sc.post("/v1/jobs", &json!({"command": "id -u"}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["output"], format!("{}\n", u.uid));
+    let all = c.get("/v1/jobs").json();
+    assert_eq!(all["jobs"].as_array().unwrap().len(), 3, "{all:#}");
+    let r = c.post(&format!("/v1/jobs/{other}/cancel"), &json!({}));
+    assert_eq!(r.json()["status"], "cancelled");
+}
+
+#[test]
+fn serve_names_its_isolation_and_warns_as_root_without_a_job_user() {
+    let Some(u) = TestUser::create("iso") else {
+        return;
+    };
+    let plain = Server::start(&[]);
+    let warning = plain.started["warning"].as_str().unwrap_or_default();
+    assert!(
+        warning.contains("root") && warning.contains("--job-user"),
+        "serve as root without a job user should warn in its first line: {}",
+        plain.started
+    );
+    let mut c = plain.client();
+    assert_eq!(c.get("/v1/sandbox").json()["isolation"], "none");
+    // A job may still ask for a user of its own.
+    let r = c.post("/v1/jobs", &json!({"command": "id -u", "user": u.name}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["output"], format!("{}\n", u.uid), "{v:#}");
+    assert_eq!((&v["user"], &v["uid"]), (&json!(u.name), &json!(u.uid)));
+    let r = c.post(
+        "/v1/jobs",
+        &json!({"command": "true", "user": "no-such-user-here"}),
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (400, "invalid"),
+        "{}",
+        r.text()
+    );
+
+    let isolated = Server::start(&["--job-user", &u.name]);
+    let started = &isolated.started;
+    assert!(
+        !started["warning"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("root"),
+        "{started}"
+    );
+    assert_eq!(started["isolation"], "user", "{started}");
+    let mut c = isolated.client();
+    assert_eq!(c.get("/v1/sandbox").json()["isolation"], "user");
+}
+
+/// A fork bomb as the job user, bounded by the user's process limit, in a sandbox
+/// with or without cgroups: serve keeps answering, and the timeout ends all of it.
+fn fork_bomb(sb: Sandbox) {
+    let Some(u) = TestUser::create("bomb") else {
+        return;
+    };
+    let s = Server::start_in(Arc::new(sb), "127.0.0.1:0", &["--job-user", &u.name]);
+    let mut c = s.client();
+    let r = c.post(
+        "/v1/jobs",
+        &json!({
+            // The shell stays (exec, no fork) while the bomb grows behind it.
+            "command": "bash -c 'ulimit -u 300; bomb() { bomb | bomb & }; bomb; exec sleep 30'",
+            "timeoutSeconds": 3,
+            "background": true,
+        }),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let id = id_of(&r.json());
+    let mut health = Client::connect(&s.addr).unchecked();
+    health.r.get_ref().set_timeout(Duration::from_secs(10));
+    let started = Instant::now();
+    let mut worst = Duration::ZERO;
+    let mut most = 0;
+    let mut samples = 0;
+    let rec = loop {
+        let t = Instant::now();
+        let r = health.get("/v1/health");
+        let took = t.elapsed();
+        assert_eq!(r.status, 200, "{}", r.text());
+        worst = worst.max(took);
+        samples += 1;
+        most = most.max(u.processes().len());
+        let rec = s.sb.raw_record(&id);
+        if rec["status"] != "running" {
+            break rec;
+        }
+        assert!(started.elapsed() < LONG, "the bomb was never ended");
+        std::thread::sleep(Duration::from_millis(100).saturating_sub(took));
+    };
+    assert_eq!(rec["status"], "timed_out", "{rec:#}");
+    assert!(
+        most > 50,
+        "the bomb never took off ({most} processes at most)"
+    );
+    // Health answers in microseconds when idle; a second means the bomb starved serve.
+    assert!(
+        worst < Duration::from_secs(1),
+        "health took {worst:?} during the bomb ({samples} samples)"
+    );
+    // The supervisor records the end only when nothing of the job is left.
+    let left = u.processes();
+    assert!(
+        left.is_empty(),
+        "processes of the job user survived: {left:?}"
+    );
+}
+
+#[test]
+fn a_fork_bomb_under_the_users_process_limit_is_contained() {
+    fork_bomb(Sandbox::new());
+}
+
+#[test]
+fn a_fork_bomb_under_the_users_process_limit_is_contained_without_cgroup() {
+    fork_bomb(Sandbox::without_cgroup());
+}
+
+// ---------------------------------------------------------------------------------------
+// 2. Same user: a job that stops its supervisor.
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn a_job_that_stops_its_supervisor_cannot_hang_exec() {
+    let sb = Sandbox::new();
+    for (when, command) in [
+        ("at once", "kill -STOP $PPID; sleep 30"),
+        ("after 0.5 s", "sleep 0.5; kill -STOP $PPID; sleep 30"),
+        ("then exits", "kill -STOP $PPID; exit 3"),
+    ] {
+        let c = sb.cmd(&[
+            "exec",
+            "--json",
+            "--timeout",
+            "2",
+            "--wait",
+            "5",
+            "--grace",
+            "1",
+            "--",
+            command,
+        ]);
+        let out = run_within(&sb, c, Duration::from_secs(20));
+        let v = out.json();
+        sb.remember(text(&v, "id"));
+        // 2 s of timeout and a TERM the sleep obeys: a supervisor left stopped would make
+        // exec wait its whole 5 s and return the job still running.
+        assert!(
+            out.elapsed < Duration::from_secs(4),
+            "{when}: exec took {:?}: {v:#}",
+            out.elapsed
+        );
+        let took = span(&v, "startedAt", "endedAt");
+        match v["status"].as_str() {
+            Some("timed_out") => {
+                assert_eq!(out.code, Some(124), "{when}: {out:#?}");
+                assert!((1.9..4.0).contains(&took), "{when}: ran {took} s: {v:#}");
+            }
+            // Only a job that really ended before its deadline may say how it ended.
+            Some("failed") if when == "then exits" => {
+                assert_eq!(v["exitCode"], 3, "{v:#}");
+                assert!(
+                    took < 2.0,
+                    "{when}: recorded its exit after {took} s: {v:#}"
+                );
+            }
+            _ => panic!("{when}: {v:#}"),
+        }
+    }
+}
+
+#[test]
+fn a_job_that_stops_its_supervisor_cannot_hang_the_api() {
+    let s = Server::start(&[]);
+    let body =
+        json!({"command": "kill -STOP $PPID; sleep 30", "timeoutSeconds": 2, "waitSeconds": 10});
+    let raw = serde_json::to_vec(&body).unwrap();
+    let bound = Duration::from_secs(20);
+    let t = Instant::now();
+    let first = {
+        let mut c = client_within(&s, bound);
+        let raw = raw.clone();
+        std::thread::spawn(move || {
+            c.send(
+                "POST",
+                "/v1/jobs",
+                &[("Idempotency-Key", "stopper")],
+                Some(&raw),
+            )
+        })
+    };
+    // The retry arrives while the first request waits.
+    std::thread::sleep(Duration::from_millis(500));
+    let mut c = client_within(&s, bound);
+    let retry = c.send(
+        "POST",
+        "/v1/jobs",
+        &[("Idempotency-Key", "stopper")],
+        Some(&raw),
+    );
+    let first = first.join().unwrap();
+    // The same 2 s and TERM as through exec: well under the 10 s the request may wait.
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!(retry.status, 200, "{}", retry.text());
+    let (a, b) = (first.json(), retry.json());
+    assert_eq!(a["id"], b["id"], "one key, one job");
+    for v in [&a, &b] {
+        assert_eq!(v["status"], "timed_out", "{v:#}");
+        let took = span(v, "startedAt", "endedAt");
+        assert!((1.9..4.0).contains(&took), "ran {took} s: {v:#}");
+    }
+    let again = c
+        .send(
+            "POST",
+            "/v1/jobs",
+            &[("Idempotency-Key", "stopper")],
+            Some(&raw),
+        )
+        .json();
+    assert_eq!(
+        (&again["id"], &again["status"]),
+        (&a["id"], &json!("timed_out"))
+    );
+
+    // A cancel of a job that keeps stopping its supervisor (once started, so that this
+    // is about the cancel) returns the final record.
+    let r = c.post(
+        "/v1/jobs",
+        &json!({"command": KEEPS_STOPPING, "background": true}),
+    );
+    let v = r.json();
+    let id = id_of(&v);
+    wait_stopped(int(&v, "supervisorPid"), "the job to stop its supervisor");
+    let t = Instant::now();
+    let r = c.post(&format!("/v1/jobs/{id}/cancel"), &json!({}));
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "cancel took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(r.json()["status"], "cancelled", "{}", r.text());
+}
+
+/// Once started, stops its supervisor again and again.
+const KEEPS_STOPPING: &str = "sleep 0.3; while :; do kill -STOP $PPID; sleep 0.05; done";
+
+#[test]
+fn cancel_ends_a_job_that_keeps_stopping_its_supervisor() {
+    let sb = Sandbox::new();
+    let v = sb.start(&["--grace", "1", "--", KEEPS_STOPPING]);
+    let id = id_of(&v);
+    wait_stopped(int(&v, "supervisorPid"), "the job to stop its supervisor");
+    let out = run_within(
+        &sb,
+        sb.cmd(&["cancel", &id, "--json"]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(out.code, Some(0), "{out:#?}");
+    assert_eq!(out.json()["status"], "cancelled", "{out:#?}");
+    assert!(out.elapsed < Duration::from_secs(5), "{out:#?}");
+}
+
+/// With `serve` running and nobody reading the job, its watchdog continues a stopped
+/// supervisor every second, so the job ends within about a second and the grace of its
+/// deadline. (The jobs stop their supervisor once started: one that does at once is
+/// above.)
+#[test]
+fn serve_ends_a_job_whose_stopped_supervisor_nobody_reads() {
+    let s = Server::start(&[]);
+    let mut c = s.client();
+    let mut ids = Vec::new();
+    for command in ["sleep 0.3; kill -STOP $PPID; sleep 30", KEEPS_STOPPING] {
+        let r = c.post(
+            "/v1/jobs",
+            &json!({"command": command, "timeoutSeconds": 2, "background": true}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        ids.push((command, id_of(&r.json())));
+    }
+    for (command, id) in ids {
+        let rec = wait_final_on_disk(&s.sb, &id, PROMPT);
+        assert_eq!(rec["status"], "timed_out", "{command}: {rec:#}");
+        let took = span(&rec, "startedAt", "endedAt");
+        // Deadline 2 s, the watchdog's second, the grace of 1 s, and some slack.
+        assert!(
+            took < 5.5,
+            "{command}: ended {took} s after its start: {rec:#}"
+        );
+    }
+}
