@@ -854,3 +854,271 @@ fn a_lost_record_owns_up_to_a_process_that_left_the_cgroup_and_cleared_the_marke
 fn a_lost_record_owns_up_to_a_process_that_cleared_the_marker_without_cgroup() {
     escapee_is_owned_up_to(Sandbox::without_cgroup(), None);
 }
+
+// ---------------------------------------------------------------------------------------
+// 6. A zombie leader whose thread runs on.
+// ---------------------------------------------------------------------------------------
+
+/// The main thread starts a thread that runs forever, then calls pthread_exit: the
+/// process is a zombie leader whose other thread lives. With `ignore-term` it ignores TERM.
+const ZOMBIE_LEADER: &str = r#"
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+static void *forever(void *arg) {
+    (void)arg;
+    for (;;) pause();
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    pthread_t t;
+    if (argc > 1 && strcmp(argv[1], "ignore-term") == 0) signal(SIGTERM, SIG_IGN);
+    if (pthread_create(&t, 0, forever, 0) != 0) return 1;
+    pthread_exit(0);
+}
+"#;
+
+/// Compiles the zombie-leader program into the sandbox, or `None` without gcc.
+fn zombie_leader(sb: &Sandbox) -> Option<PathBuf> {
+    let src = sb.dir().join("zombie-leader.c");
+    let bin = sb.dir().join("zombie-leader");
+    fs::write(&src, ZOMBIE_LEADER).unwrap();
+    let built = Command::new("gcc")
+        .args(["-O0", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .output();
+    match built {
+        Ok(o) if o.status.success() => Some(bin),
+        Ok(o) => panic!("gcc failed: {}", String::from_utf8_lossy(&o.stderr)),
+        Err(e) => {
+            eprintln!("note: no gcc ({e}); skipping the zombie-leader test");
+            None
+        }
+    }
+}
+
+fn zombie_leaders_are_ended(sb: Sandbox) {
+    let Some(bin) = zombie_leader(&sb) else {
+        return;
+    };
+    let bin = bin.display();
+    for mode in ["obeys-term", "ignore-term"] {
+        for end in ["timeout", "cancel", "shell exits"] {
+            let _ = fs::remove_file(sb.file("zl.pid"));
+            let tail = if end == "shell exits" {
+                ""
+            } else {
+                "; sleep 60"
+            };
+            let command = format!("'{bin}' {mode} & echo $! > zl.pid{tail}");
+            let timeout = if end == "timeout" { "2" } else { "60" };
+            let v = sb.start(&["--timeout", timeout, "--grace", "1", "--", &command]);
+            let id = id_of(&v);
+            let pid = sb.pid_from("zl.pid");
+            let what = format!("{mode}, {end}");
+            if end != "shell exits" {
+                eventually(PROMPT, "a zombie leader with a live thread", || {
+                    (proc_state(pid) == Some('Z') && live_thread(pid).is_some()).then_some(())
+                });
+            }
+            if end == "cancel" {
+                let out = sb.run(&["cancel", &id]);
+                assert_eq!(out.code, Some(0), "{what}: {out:#?}");
+            }
+            let rec = sb.wait_final(&id, PROMPT);
+            let want = match end {
+                "timeout" => "timed_out",
+                "cancel" => "cancelled",
+                _ => "succeeded",
+            };
+            assert_eq!(rec["status"], want, "{what}: {rec:#}");
+            assert!(
+                !group_alive(pid),
+                "{what}: the job ended with its zombie leader's thread alive"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_zombie_leader_with_a_live_thread_is_ended() {
+    zombie_leaders_are_ended(Sandbox::new());
+}
+
+#[test]
+fn a_zombie_leader_with_a_live_thread_is_ended_without_cgroup() {
+    zombie_leaders_are_ended(Sandbox::without_cgroup());
+}
+
+// ---------------------------------------------------------------------------------------
+// 7. TERM is delivered once to each process.
+// ---------------------------------------------------------------------------------------
+
+/// Counts the TERMs it gets; once it got one, waits a while for more, writes the count
+/// to `<name>.count` and exits.
+const TERM_COUNTER: &str = r#"
+import signal, sys, time
+name = sys.argv[1]
+got = 0
+def on_term(signum, frame):
+    global got
+    got += 1
+signal.signal(signal.SIGTERM, on_term)
+open(name + ".ready", "w").close()
+while got == 0:
+    time.sleep(0.01)
+time.sleep(0.7)
+with open(name + ".count", "w") as f:
+    f.write(str(got))
+"#;
+
+fn one_term_each(sb: Sandbox) {
+    if Command::new("python3").arg("-c").arg("").status().is_err() {
+        eprintln!("note: no python3; skipping the TERM-count test");
+        return;
+    }
+    fs::write(sb.file("count.py"), TERM_COUNTER).unwrap();
+    let names = ["child", "sibling", "session", "grandchild"];
+    let command = "python3 count.py child & python3 count.py sibling & \
+                   setsid python3 count.py session & \
+                   sh -c 'python3 count.py grandchild & wait' & wait";
+    for round in 1..=3 {
+        for n in names {
+            for ext in ["ready", "count"] {
+                let _ = fs::remove_file(sb.file(&format!("{n}.{ext}")));
+            }
+        }
+        let v = sb.start(&["--timeout", "3", "--grace", "5", "--", command]);
+        let id = id_of(&v);
+        eventually(PROMPT, "every counter to be ready", || {
+            names
+                .iter()
+                .all(|n| sb.file(&format!("{n}.ready")).exists())
+                .then_some(())
+        });
+        assert_eq!(
+            sb.raw_record(&id)["status"],
+            "running",
+            "round {round}: the job ended before its counters were ready"
+        );
+        let rec = sb.wait_final(&id, PROMPT);
+        assert_eq!(rec["status"], "timed_out", "round {round}: {rec:#}");
+        // They exit by themselves 0.7 s after the TERM, well within the 5 s grace.
+        assert!(
+            span(&rec, "startedAt", "endedAt") < 6.0,
+            "round {round}: the counters were killed, not left to exit: {rec:#}"
+        );
+        for n in names {
+            let count = fs::read_to_string(sb.file(&format!("{n}.count")))
+                .unwrap_or_else(|e| panic!("round {round}: {n} left no count: {e}"));
+            assert_eq!(count, "1", "round {round}: {n} got {count} TERMs");
+        }
+    }
+}
+
+#[test]
+fn each_process_gets_one_term() {
+    one_term_each(Sandbox::new());
+}
+
+#[test]
+fn each_process_gets_one_term_without_cgroup() {
+    one_term_each(Sandbox::without_cgroup());
+}
+
+// ---------------------------------------------------------------------------------------
+// 8. Ctrl-C during the grace period.
+// ---------------------------------------------------------------------------------------
+
+/// utime + stime of a process, in seconds.
+fn cpu_seconds(pid: i32) -> f64 {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let close = stat.rfind(')').unwrap();
+    let f: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+    // Fields 14 and 15 of stat; the 12th and 13th after the command name.
+    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks as f64 / hz
+}
+
+#[test]
+fn ctrl_c_during_the_grace_does_not_spin_exec() {
+    let sb = Sandbox::new();
+    let mut c = sb.cmd(&[
+        "exec",
+        "--grace",
+        "6",
+        "--",
+        "trap 'echo term >> got-term' TERM; echo ready > ready; while :; do sleep 0.2; done",
+    ]);
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = sb.spawn(c);
+    let exec = child.id() as i32;
+    eventually(PROMPT, "the job to start", || {
+        sb.file("ready").exists().then_some(())
+    });
+    for id in sb.job_ids() {
+        sb.remember(&id);
+    }
+    kill(exec, libc::SIGINT);
+    eventually(PROMPT, "the job to get its TERM", || {
+        sb.file("got-term").exists().then_some(())
+    });
+    let before = cpu_seconds(exec);
+    // A measurement, not a wait for a condition: exec is in the 6 s grace throughout.
+    std::thread::sleep(Duration::from_secs(4));
+    let spent = cpu_seconds(exec) - before;
+    assert!(
+        proc_state(exec).is_some_and(|s| s != 'Z'),
+        "exec ended before the grace did"
+    );
+    assert!(
+        spent < 0.5,
+        "exec burned {spent:.2} s of CPU in 4 s of grace"
+    );
+    let out = sb.finish(child, PROMPT);
+    assert!(!out.success(), "an interrupted exec exited 0: {out:#?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// 9. A nested job.
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn a_nested_job_leaves_no_cgroup_folder_in_its_outer_job() {
+    let sb = Sandbox::new();
+    let v = sb.start(&[
+        "--grace",
+        "1",
+        "--",
+        &format!("'{BIN}' exec -- true && echo ok > inner-done; sleep 60"),
+    ]);
+    let id = id_of(&v);
+    let Some(cg) = v["cgroup"].as_str().map(PathBuf::from) else {
+        eprintln!("note: jobs get no cgroup here; skipping");
+        sb.run(&["cancel", &id]);
+        return;
+    };
+    eventually(PROMPT, "the inner job to end", || {
+        sb.file("inner-done").exists().then_some(())
+    });
+    for inner in sb.job_ids() {
+        sb.remember(&inner);
+    }
+    assert_eq!(sb.job_ids().len(), 2, "the inner job shares the state root");
+    eventually(
+        PROMPT,
+        "no gitterm folder inside the outer job's cgroup",
+        || (!cg.join("gitterm").exists()).then_some(()),
+    );
+    let out = sb.run(&["cancel", &id]);
+    assert_eq!(out.code, Some(0), "{out:#?}");
+    eventually(PROMPT, "the outer job's cgroup to be removed", || {
+        (!cg.exists()).then_some(())
+    });
+}
