@@ -1122,3 +1122,313 @@ fn a_nested_job_leaves_no_cgroup_folder_in_its_outer_job() {
         (!cg.exists()).then_some(())
     });
 }
+
+// ---------------------------------------------------------------------------------------
+// 10. What a request may not set or smuggle.
+// ---------------------------------------------------------------------------------------
+
+/// Every file under `dir` (recursively) whose bytes hold `needle`.
+fn files_holding(dir: &Path, needle: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(entries) = fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            match e.file_type() {
+                Ok(t) if t.is_dir() => todo.push(path),
+                Ok(t) if t.is_file() => {
+                    let data = fs::read(&path).unwrap_or_default();
+                    if data.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                        found.push(path);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_job_marker_cannot_be_set() {
+    let s = Server::start(&[]);
+    let mut c = s.client();
+    let forged = "job_0123456789abcdef0123";
+    for body in [
+        json!({"command": "true", "env": {"GITTERM_JOB_ID": forged}}),
+        json!({"command": "true", "secretEnv": {"GITTERM_JOB_ID": forged}}),
+    ] {
+        let r = c.post("/v1/jobs", &body);
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "invalid"),
+            "{body}: {}",
+            r.text()
+        );
+        assert!(r.text().contains("GITTERM_JOB_ID"), "{}", r.text());
+    }
+    let sf = s.dir().join("marker.env");
+    write_mode(&sf, &format!("GITTERM_JOB_ID={forged}\n"), 0o600);
+    let r = c.post(
+        "/v1/jobs",
+        &json!({"command": "true", "secretFiles": [sf.to_str().unwrap()]}),
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (400, "invalid"),
+        "{}",
+        r.text()
+    );
+    for args in [
+        vec![
+            "exec",
+            "--env",
+            &format!("GITTERM_JOB_ID={forged}"),
+            "--",
+            "true",
+        ],
+        vec!["exec", "--secret-file", sf.to_str().unwrap(), "--", "true"],
+    ] {
+        let out = s.sb.run(&args);
+        assert_eq!(out.code, Some(2), "{args:?}: {out:#?}");
+        assert!(out.stderr.contains("GITTERM_JOB_ID"), "{out:#?}");
+    }
+    assert!(s.sb.job_ids().is_empty(), "a refused start made a job");
+    // Whatever the persisted env holds, a job carries its own marker.
+    let r = c.post("/v1/env", &json!({"set": {"GITTERM_JOB_ID": forged}}));
+    if r.status == 200 {
+        let v = c
+            .post("/v1/jobs", &json!({"command": "echo $GITTERM_JOB_ID"}))
+            .json();
+        assert_eq!(v["output"], format!("{}\n", text(&v, "id")), "{v:#}");
+    } else {
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "invalid"),
+            "{}",
+            r.text()
+        );
+    }
+}
+
+#[test]
+fn a_secret_in_cwd_or_the_idempotency_key_is_refused_and_stored_nowhere() {
+    let s = Server::start(&[]);
+    let mut c = s.client();
+    let secret = "cwd-or-key-secret-5d1e";
+    let dir = s.sb.work().join(format!("under-{secret}"));
+    fs::create_dir(&dir).unwrap();
+    let secrets = json!({"TOKEN": secret});
+    let r = c.post(
+        "/v1/jobs",
+        &json!({"command": "pwd", "cwd": dir.to_str().unwrap(), "secretEnv": secrets}),
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (400, "invalid"),
+        "{}",
+        r.text()
+    );
+    assert!(
+        r.text().contains("TOKEN") && !r.text().contains(secret),
+        "{}",
+        r.text()
+    );
+    let body = serde_json::to_vec(&json!({"command": "true", "secretEnv": secrets})).unwrap();
+    let key = format!("retry-{secret}-1");
+    let r = c.send(
+        "POST",
+        "/v1/jobs",
+        &[("Idempotency-Key", &key)],
+        Some(&body),
+    );
+    assert_eq!(
+        (r.status, r.code().as_str()),
+        (400, "invalid"),
+        "{}",
+        r.text()
+    );
+    assert!(!r.text().contains(secret), "{}", r.text());
+    // The CLI takes a cwd too.
+    let sf = s.dir().join("secret.env");
+    write_mode(&sf, &format!("TOKEN={secret}\n"), 0o600);
+    let out = s.sb.run(&[
+        "exec",
+        "--secret-file",
+        sf.to_str().unwrap(),
+        "--cwd",
+        dir.to_str().unwrap(),
+        "--",
+        "pwd",
+    ]);
+    assert_eq!(out.code, Some(2), "{out:#?}");
+    assert!(!out.stderr.contains(secret), "{out:#?}");
+
+    assert!(s.sb.job_ids().is_empty(), "a refused start made a job");
+    let found = files_holding(&s.home, secret);
+    assert!(found.is_empty(), "the secret was stored in {found:?}");
+    assert!(!s.log_text().contains(secret), "the secret is in the log");
+}
+
+#[test]
+fn stdin_given_through_the_api_never_reaches_the_disk() {
+    let s = Server::start(&[]);
+    let mut c = s.client();
+    let stdin = "stdin-only-netrc-password-qwzx\n";
+    let r = c.post(
+        "/v1/jobs",
+        &json!({"command": "tr a-z A-Z; sleep 2", "stdin": stdin, "background": true}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let id = id_of(&r.json());
+    let upper = stdin.to_uppercase();
+    let log = s.sb.job_dir(&id).join("output.log");
+    // The job has read it (its output says so) and still runs.
+    eventually(PROMPT, "the job to read its stdin", || {
+        fs::read_to_string(&log).ok().filter(|t| t.contains(&upper))
+    });
+    assert_eq!(s.sb.raw_record(&id)["status"], "running");
+    let found = files_holding(&s.home, stdin);
+    assert!(
+        found.is_empty(),
+        "stdin is on disk while the job runs: {found:?}"
+    );
+    let v = c.get(&format!("/v1/jobs/{id}?waitSeconds=30")).json();
+    assert_eq!(v["status"], "succeeded", "{v:#}");
+    let found = files_holding(&s.home, stdin);
+    assert!(
+        found.is_empty(),
+        "stdin is on disk after the job: {found:?}"
+    );
+}
+
+#[test]
+fn a_subnormal_timeout_is_refused_in_a_few_words() {
+    let s = Server::start(&[]);
+    let mut c = s.client();
+    for field in ["timeoutSeconds", "idleTimeoutSeconds"] {
+        let body = format!(r#"{{"command": "true", "{field}": 5e-324}}"#);
+        let r = c.send("POST", "/v1/jobs", &[], Some(body.as_bytes()));
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (400, "invalid"),
+            "{}",
+            r.text()
+        );
+        let message = r.json()["error"]["message"].as_str().unwrap().to_string();
+        assert!(
+            message.len() < 120 && message.contains(field),
+            "{} chars: {message}",
+            message.len()
+        );
+    }
+    let out = s.sb.run(&["exec", "--timeout", "5e-324", "--", "true"]);
+    assert_eq!(out.code, Some(2), "{out:#?}");
+    assert!(s.sb.job_ids().is_empty(), "a refused start made a job");
+}
+
+// ---------------------------------------------------------------------------------------
+// 11. Idempotency and the kernel's limits.
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn an_idempotency_key_reused_for_another_request_conflicts() {
+    let s = Server::start(&[]);
+    let mut c = s.client();
+    let send = |c: &mut Client, body: Value| {
+        let raw = serde_json::to_vec(&body).unwrap();
+        c.send(
+            "POST",
+            "/v1/jobs",
+            &[("Idempotency-Key", "deploy-7")],
+            Some(&raw),
+        )
+    };
+    let first = json!({"command": "echo one", "env": {"STAGE": "a"}});
+    let r = send(&mut c, first.clone());
+    assert_eq!(r.status, 200, "{}", r.text());
+    let id = id_of(&r.json());
+    // docs/openapi.json lists no 409 for POST /v1/jobs (see the test below), so these
+    // answers are read unchecked.
+    let mut unchecked = s.client().unchecked();
+    for other in [
+        json!({"command": "echo two", "env": {"STAGE": "a"}}),
+        json!({"command": "echo one", "env": {"STAGE": "b"}}),
+        json!({"command": "echo one", "env": {"STAGE": "a"}, "cwd": "/"}),
+        json!({"command": "echo one", "env": {"STAGE": "a"}, "stdin": "x"}),
+        json!({"command": "echo one", "env": {"STAGE": "a"}, "timeoutSeconds": 9}),
+    ] {
+        let r = send(&mut unchecked, other.clone());
+        assert_eq!(
+            (r.status, r.code().as_str()),
+            (409, "conflict"),
+            "{other}: {}",
+            r.text()
+        );
+        assert!(
+            r.text().contains(&id),
+            "the conflict should name {id}: {}",
+            r.text()
+        );
+    }
+    let r = send(&mut c, first);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["id"], id.as_str());
+    assert_eq!(s.sb.job_ids(), vec![id]);
+}
+
+#[test]
+fn a_command_or_variable_past_the_kernels_limit_is_invalid() {
+    const MAX: usize = 131_071;
+    let s = Server::start(&[]);
+    let mut c = s.client();
+    // Exactly at the limit runs.
+    let at = format!(": {}", "x".repeat(MAX - 2));
+    let v = c.post("/v1/jobs", &json!({"command": at})).json();
+    assert_eq!(v["status"], "succeeded", "a {MAX}-byte command: {v:#}");
+    let over = format!(": {}", "x".repeat(MAX - 1));
+    let r = c.post("/v1/jobs", &json!({"command": over}));
+    assert_eq!((r.status, r.code().as_str()), (400, "invalid"));
+    assert!(r.text().contains("131071"), "{}", r.text());
+    // One NAME=value string: V= and the value.
+    let v = c
+        .post(
+            "/v1/jobs",
+            &json!({"command": "echo ${#V}", "env": {"V": "y".repeat(MAX - 2)}}),
+        )
+        .json();
+    assert_eq!(v["output"], format!("{}\n", MAX - 2), "{v:#}");
+    let r = c.post(
+        "/v1/jobs",
+        &json!({"command": "true", "env": {"V": "y".repeat(MAX - 1)}}),
+    );
+    assert_eq!((r.status, r.code().as_str()), (400, "invalid"));
+    assert!(r.text().contains("131071"), "{}", r.text());
+    let before = s.sb.job_ids();
+    // The CLI joins its words: two that pass the kernel alone make one too long.
+    let half = "z".repeat(MAX / 2 + 1);
+    let out = s.sb.run(&["exec", "--", ":", &half, &half]);
+    assert_eq!(out.code, Some(2), "{out:#?}");
+    assert!(out.stderr.contains("131071"), "{out:#?}");
+    assert_eq!(s.sb.job_ids(), before, "a refused start made a job");
+}
+
+#[test]
+#[ignore = "docs bug: docs/openapi.json lists no 409 answer for POST /v1/jobs, which a \
+            reused Idempotency-Key gets"]
+fn the_conflict_of_a_reused_idempotency_key_is_documented() {
+    let s = Server::start(&[]);
+    let mut c = s.client().unchecked();
+    for command in ["true", "false"] {
+        let body = serde_json::to_vec(&json!({"command": command})).unwrap();
+        let r = c.send("POST", "/v1/jobs", &[("Idempotency-Key", "k")], Some(&body));
+        if r.status == 409 {
+            crate::util::schema::check_answer("POST", "/v1/jobs", &r).unwrap();
+            return;
+        }
+    }
+    panic!("no conflict to check");
+}
