@@ -126,7 +126,8 @@ pub fn kill_job_processes(id: &str) {
 }
 
 /// Kills a job's supervisor (the record's `supervisorPid`) with SIGKILL and waits until it
-/// is really gone.
+/// is really gone: every thread of it, not just the leader (the supervisor has more than
+/// one, and its files, the job's lock among them, close only with the last).
 pub fn kill_supervisor(rec: &serde_json::Value) {
     let sup = rec["supervisorPid"]
         .as_i64()
@@ -137,7 +138,7 @@ pub fn kill_supervisor(rec: &serde_json::Value) {
     );
     kill(sup, libc::SIGKILL);
     eventually(PROMPT, "the supervisor to die", || {
-        (matches!(proc_state(sup), None | Some('Z'))).then_some(())
+        (!group_alive(sup)).then_some(())
     });
 }
 
