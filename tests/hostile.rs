@@ -1069,6 +1069,10 @@ fn ctrl_c_during_the_grace_does_not_spin_exec() {
     eventually(PROMPT, "the job to get its TERM", || {
         sb.file("got-term").exists().then_some(())
     });
+    // And Ctrl-C again, as an impatient user does: exec waits in poll, which the signal
+    // interrupts.
+    std::thread::sleep(Duration::from_millis(100));
+    kill(exec, libc::SIGINT);
     let before = cpu_seconds(exec);
     // A measurement, not a wait for a condition: exec is in the 6 s grace throughout.
     std::thread::sleep(Duration::from_secs(4));
