@@ -7,10 +7,13 @@ mod util;
 
 mod api;
 mod cli;
+mod cli_help;
 mod corpus;
 mod durability;
 mod events;
 mod harness;
+mod hostile;
 mod jobs;
 mod log;
 mod openapi;
+mod refusals;
