@@ -674,8 +674,6 @@ fn a_job_that_takes_its_lock_and_kills_its_supervisor_blocks_no_reader() {
 }
 
 #[test]
-#[ignore = "bug: cancel cannot end a job whose process holds the job's lock after killing \
-            its supervisor (src/job/launch.rs cancel, src/job/settle.rs load)"]
 fn cancel_ends_a_job_that_holds_its_own_lock() {
     let sb = Sandbox::new();
     let (v, holder) = start_lock_thief(&sb);
@@ -1421,8 +1419,6 @@ fn a_command_or_variable_past_the_kernels_limit_is_invalid() {
 }
 
 #[test]
-#[ignore = "docs bug: docs/openapi.json lists no 409 answer for POST /v1/jobs, which a \
-            reused Idempotency-Key gets"]
 fn the_conflict_of_a_reused_idempotency_key_is_documented() {
     let s = Server::start(&[]);
     let mut c = s.client().unchecked();

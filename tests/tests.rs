@@ -6,6 +6,7 @@
 mod util;
 
 mod api;
+mod api_flood;
 mod cli;
 mod cli_help;
 mod corpus;
