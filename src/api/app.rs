@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::auth::{Access, Tokens};
-use super::handlers::{Call, Failure};
+use super::handlers::{Answer, Call, Failure};
 use super::http::{Fault, Handler, Head, Request, Response};
 use super::request::Query;
 use super::routes::{Matched, Route, Scope};
@@ -34,8 +34,10 @@ pub struct App {
     tokens: Tokens,
     pub(super) sandbox: SandboxStart,
     pub(super) hub: Arc<Hub>,
-    /// Requests waiting now (see [`App::wait_slot`]).
-    waiting: AtomicUsize,
+    /// The events journal as the server follows it, and the counters of the metrics.
+    pub(super) feed: Arc<super::feed::Feed>,
+    /// Requests waiting now (see [`App::wait_slot`]); event streams count too.
+    waiting: Arc<AtomicUsize>,
     /// The most that may wait at once.
     max_waiting: usize,
     /// Terminal tickets not used yet (see [`App::issue_ticket`]).
@@ -58,10 +60,11 @@ pub const TICKET_TTL: Duration = Duration::from_secs(60);
 /// The most tickets outstanding at once.
 const MAX_TICKETS: usize = 1024;
 
-/// A request's place among those that wait; given back on drop.
-pub struct WaitSlot<'a>(&'a AtomicUsize);
+/// A request's place among those that wait; given back on drop. It owns its share of the
+/// count, so a streamed answer (a followed log) can hold it after its handler returned.
+pub struct WaitSlot(Arc<AtomicUsize>);
 
-impl Drop for WaitSlot<'_> {
+impl Drop for WaitSlot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
     }
@@ -89,13 +92,15 @@ impl App {
         sandbox: SandboxStart,
         hub: Arc<Hub>,
     ) -> App {
+        let feed = super::feed::Feed::start(store.root());
         App {
+            feed,
             store,
             cfg,
             tokens,
             sandbox,
             hub,
-            waiting: AtomicUsize::new(0),
+            waiting: Arc::new(AtomicUsize::new(0)),
             max_waiting: usize::MAX,
             tickets: std::sync::Mutex::new(Vec::new()),
             allowed_origins: Vec::new(),
@@ -183,18 +188,18 @@ impl App {
     }
 
     /// A place for a request about to wait: a long-poll (`waitSeconds` on a job or its
-    /// output), a start that waits for its job's end, a preview. Each holds a connection
-    /// for as long as it waits, so their number is capped below the connection cap, and
-    /// short requests always find room. Over the cap: 429 `rate_limited`, and the
-    /// connection closes so that its place is free at once.
-    pub(super) fn wait_slot(&self, retry: &str) -> std::result::Result<WaitSlot<'_>, Failure> {
+    /// output), a followed log, a start that waits for its job's end, a preview. Each
+    /// holds a connection for as long as it waits, so their number is capped below the
+    /// connection cap, and short requests always find room. Over the cap: 429
+    /// `rate_limited`, and the connection closes so that its place is free at once.
+    pub(super) fn wait_slot(&self, retry: &str) -> std::result::Result<WaitSlot, Failure> {
         let taken = self
             .waiting
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
                 (n < self.max_waiting).then_some(n + 1)
             });
         match taken {
-            Ok(_) => Ok(WaitSlot(&self.waiting)),
+            Ok(_) => Ok(WaitSlot(Arc::clone(&self.waiting))),
             Err(_) => {
                 let mut f = Failure::from(Error::RateLimited(format!(
                     "{} requests are waiting already, the most at once; retry shortly, or {retry}",
@@ -213,7 +218,7 @@ impl App {
 
     /// Authenticates, routes, checks scope and parses the query; `Err` is the answer when
     /// the request may not go on.
-    fn admit(&self, head: &Head) -> Result<Admitted, Response> {
+    fn admit(&self, head: &Head) -> Result<Admitted, Box<Response>> {
         let public = Route::is_public_path(&head.path);
         let ticket = ticket_in(&head.query);
         let access = if public {
@@ -245,7 +250,7 @@ impl App {
                 );
                 resp.status = 400;
                 resp.headers.push(("Allow", allowed.join(", ")));
-                return Err(resp);
+                return Err(resp.into());
             }
             Matched::NotFound => {
                 return Err(error_response(
@@ -255,7 +260,8 @@ impl App {
                         shown_path(&head.path)
                     ))
                     .into(),
-                ));
+                )
+                .into());
             }
         };
         let refused = |e: Error| {
@@ -268,7 +274,8 @@ impl App {
                 "the scoped token may not use {} {}",
                 route.method(),
                 route.template()
-            ))));
+            )))
+            .into());
         }
         let query = Query::parse(&head.query, route.query()).map_err(refused)?;
         Ok(Admitted {
@@ -286,18 +293,14 @@ fn json_response(status: u16, v: &Value) -> Response {
     let mut body = Vec::with_capacity(json_len(v) + 1);
     let _ = serde_json::to_writer(&mut body, v);
     body.push(b'\n');
-    Response {
+    Response::new(
         status,
-        headers: vec![
+        vec![
             ("Content-Type", "application/json".into()),
             ("Cache-Control", "no-store".into()),
         ],
         body,
-        close: false,
-        route: "",
-        job_id: None,
-        upgrade: None,
-    }
+    )
 }
 
 /// The `ticket` query parameter, decoded.
@@ -326,7 +329,7 @@ pub(super) fn json_len(v: &Value) -> usize {
     c.0
 }
 
-fn error_response(f: Failure) -> Response {
+pub(super) fn error_response(f: Failure) -> Response {
     let mut v = f.err.to_json();
     if let Some(obj) = v.get_mut("error").and_then(Value::as_object_mut) {
         for (k, x) in f.extra {
@@ -357,7 +360,7 @@ fn shown_path(p: &str) -> String {
 impl Handler for App {
     type Admitted = Admitted;
 
-    fn check(&self, head: &Head) -> Result<Admitted, Response> {
+    fn check(&self, head: &Head) -> Result<Admitted, Box<Response>> {
         self.admit(head)
     }
 
@@ -380,41 +383,29 @@ impl Handler for App {
             query: &query,
             id: id.as_deref(),
         };
-        if route == Route::JobPty {
-            // A WebSocket: the answer is a 101 that hands the connection over.
-            match crate::api::handlers::pty::open(self, &call) {
-                Ok((accept, up)) => {
-                    return Response {
-                        status: 101,
-                        headers: vec![
-                            ("Upgrade", "websocket".into()),
-                            ("Connection", "Upgrade".into()),
-                            ("Sec-WebSocket-Accept", accept),
-                        ],
-                        body: Vec::new(),
-                        close: false,
-                        route: route.template(),
-                        job_id: id,
-                        upgrade: Some(up),
-                    };
+        let reply = match super::handlers::raw(self, route, &call) {
+            Some(Ok(mut resp)) => {
+                resp.route = route.template();
+                if resp.job_id.is_none() {
+                    resp.job_id = id.as_deref().and_then(JobId::parse).map(|j| j.to_string());
                 }
-                Err(f) => {
-                    let mut resp = error_response(f);
-                    resp.route = route.template();
-                    resp.job_id = id;
-                    return resp;
-                }
+                return resp;
             }
-        }
-        let reply = (route.handler())(self, &call);
+            Some(Err(f)) => Err(f),
+            None => (route.handler())(self, &call),
+        };
         let mut close = false;
         let mut job_id = id.as_deref().and_then(JobId::parse).map(|j| j.to_string());
         let mut resp = match reply {
-            Ok(v) => {
+            Ok(Answer::Json(v)) => {
                 if route == Route::StartJob {
                     job_id = v.get("id").and_then(Value::as_str).map(str::to_string);
                 }
                 json_response(200, &v)
+            }
+            Ok(Answer::Response(resp)) => {
+                close = resp.close;
+                resp
             }
             Err(f) => {
                 close = f.close;
@@ -452,6 +443,12 @@ impl Handler for App {
     }
 
     fn done(&self, head: Option<&Head>, resp: &Response, elapsed: Duration) {
+        let route = if resp.route.is_empty() {
+            "unmatched"
+        } else {
+            resp.route
+        };
+        self.feed.request(route, resp.status, elapsed);
         // Only the route template is logged, never the path or query: a token or secret
         // pasted into a URL must not reach the log.
         let mut line = json!({
@@ -511,7 +508,7 @@ mod tests {
                     body: body.as_bytes().to_vec(),
                 },
             ),
-            Err(resp) => resp,
+            Err(resp) => *resp,
         }
     }
 
@@ -528,7 +525,7 @@ mod tests {
             Route::Health => (200, "\"ok\":true"),
             Route::StartJob => (400, "command is missing"),
             Route::ListJobs => (200, "\"jobs\":[]"),
-            Route::GetJob | Route::JobOutput | Route::CancelJob => (404, "no job"),
+            Route::GetJob | Route::JobOutput | Route::JobLog | Route::CancelJob => (404, "no job"),
             Route::JobStdin | Route::JobResize | Route::JobPty | Route::PtyTicket => {
                 (404, "no job")
             }
@@ -536,6 +533,8 @@ mod tests {
             Route::Sandbox => (200, "\"bootId\":\"boot-a\""),
             Route::StartPreview => (400, "port is missing"),
             Route::ListPorts => (200, "\"ports\":["),
+            Route::Events => (200, "\"events\":[]"),
+            Route::Metrics => (200, "gitterm_jobs_started_total 0"),
         }
     }
 

@@ -85,6 +85,8 @@ routes! {
     /// A page of a job's output.
     JobOutput = "GET" "/v1/jobs/{id}/output", Scoped, ["offset", "limit", "waitSeconds"],
         handlers::output::page;
+    /// The whole stored output as plain text, streamed; one byte range; or followed.
+    JobLog = "GET" "/v1/jobs/{id}/log", Scoped, ["follow"], handlers::log::get;
     /// TERM, then KILL, to the whole job.
     CancelJob = "POST" "/v1/jobs/{id}/cancel", Full, [], handlers::jobs::cancel;
     /// Append the raw body to an interactive job's stdin (`close=true`: then close it).
@@ -105,6 +107,11 @@ routes! {
     StartPreview = "POST" "/v1/previews", Full, [], handlers::previews::start;
     /// The listening TCP ports.
     ListPorts = "GET" "/v1/ports", Full, [], handlers::ports::list;
+    /// Job events after a cursor; long-polls, or streams them as Server-Sent Events.
+    Events = "GET" "/v1/events", Full, ["after", "waitSeconds", "limit", "jobId"],
+        handlers::events::get;
+    /// Counters and gauges in the Prometheus text format.
+    Metrics = "GET" "/v1/metrics", Full, [], handlers::metrics::get;
 }
 
 /// What a request's method and path resolve to.
@@ -245,6 +252,7 @@ mod tests {
                 ("GET", "/v1/jobs"),
                 ("GET", "/v1/jobs/{id}"),
                 ("GET", "/v1/jobs/{id}/output"),
+                ("GET", "/v1/jobs/{id}/log"),
                 ("GET", "/v1/env"),
                 ("POST", "/v1/env"),
                 ("GET", "/v1/sandbox"),
@@ -267,9 +275,12 @@ mod tests {
             | Route::ListJobs
             | Route::GetJob
             | Route::JobOutput
+            | Route::JobLog
             | Route::GetEnv
             | Route::Sandbox
-            | Route::ListPorts => None,
+            | Route::ListPorts
+            | Route::Events
+            | Route::Metrics => None,
         }
     }
 

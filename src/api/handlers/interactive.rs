@@ -20,7 +20,7 @@ pub fn stdin(app: &App, call: &Call<'_>) -> Reply {
     };
     let mut c = Control::connect(&app.store, &id)?;
     c.stdin(call.body, close)?;
-    Ok(json!({"ok": true}))
+    Ok(json!({"ok": true}).into())
 }
 
 /// `POST /v1/jobs/{id}/resize` `{"cols", "rows"}`.
@@ -30,5 +30,5 @@ pub fn resize(app: &App, call: &Call<'_>) -> Reply {
     let size = request::resize_body(call.body)?;
     let mut c = Control::connect(&app.store, &id)?;
     c.resize(size.cols, size.rows)?;
-    Ok(json!({"ok": true}))
+    Ok(json!({"ok": true}).into())
 }

@@ -20,7 +20,7 @@ use tungstenite::{Message, error::Error as WsError};
 
 use super::{Call, Failure, Reply};
 use crate::api::app::App;
-use crate::api::http::{Upgrade, Upgraded};
+use crate::api::http::{Response, Upgrade, Upgraded};
 use crate::job::control::{Frame, Viewer};
 use crate::model::error::Error;
 use crate::state::store::Store;
@@ -40,12 +40,28 @@ pub fn ticket(app: &App, call: &Call<'_>) -> Reply {
         return Err(Error::Conflict(format!("job {id} has ended")).into());
     }
     let (ticket, expires) = app.issue_ticket(format!("/v1/jobs/{id}/pty"))?;
-    Ok(json!({"ticket": ticket, "expiresAt": crate::text::timefmt::rfc3339(expires)}))
+    Ok(json!({"ticket": ticket, "expiresAt": crate::text::timefmt::rfc3339(expires)}).into())
 }
 
-/// The table's handler: only reached without an upgrade (see [`open`]).
+/// The table's handler: only reached without an upgrade (see [`switch`]).
 pub fn get(app: &App, call: &Call<'_>) -> Reply {
-    open(app, call).map(|_| Value::Null)
+    open(app, call).map(|_| Value::Null.into())
+}
+
+/// The `101 Switching Protocols` that hands the connection to the job's terminal.
+pub fn switch(app: &App, call: &Call<'_>) -> Result<Response, Failure> {
+    let (accept, up) = open(app, call)?;
+    let mut resp = Response::new(
+        101,
+        vec![
+            ("Upgrade", "websocket".into()),
+            ("Connection", "Upgrade".into()),
+            ("Sec-WebSocket-Accept", accept),
+        ],
+        Vec::new(),
+    );
+    resp.upgrade = Some(up);
+    Ok(resp)
 }
 
 /// Checks the request and attaches to the job; returns the `Sec-WebSocket-Accept` value
