@@ -195,6 +195,7 @@ fn json_response(status: u16, v: &Value) -> Response {
         close: false,
         route: "",
         job_id: None,
+        file: None,
     }
 }
 

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::body::{Framing, framing, read_body};
-use super::encode::{encode, write_response};
+use super::body::{BodyReader, Framing, framing, read_body};
+use super::encode::{encode, write_file, write_response};
 use super::head::{Head, parse_head, read_head};
 use super::net::{Listener, Stream};
 use super::{Fault, Handler, Request, Response};
@@ -415,7 +415,8 @@ fn connection<H: Handler>(
                 return;
             }
         };
-        let framing = match framing(&head, limits.max_body) {
+        let streamed = handler.streamed_body(&head);
+        let framing = match framing(&head, streamed.unwrap_or(limits.max_body)) {
             Ok(f) => f,
             Err(fault) => {
                 let _ = respond_fault(&mut r, handler, Some(&head), fault, started, limits);
@@ -465,20 +466,36 @@ fn connection<H: Handler>(
                 Instant::now() + limits.write_timeout,
             );
         }
-        let body = match read_body(&mut r, framing, limits) {
-            Ok(b) => b,
-            Err(fault) => {
-                let _ = respond_fault(&mut r, handler, Some(&head), fault, started, limits);
-                return;
+        let mut unread = false;
+        let answered = if let Some(max) = streamed {
+            let mut body = BodyReader::new(&mut r, framing, limits, max);
+            let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                handler.handle_stream(admitted, &head, &mut body)
+            }));
+            // A small body the handler did not read (it refused the request) is skipped,
+            // so that the connection can stay open.
+            if answered.as_ref().is_ok_and(|r| !r.close) {
+                body.skip(SKIPPABLE_BODY);
             }
+            unread = !body.complete();
+            answered
+        } else {
+            let body = match read_body(&mut r, framing, limits) {
+                Ok(b) => b,
+                Err(fault) => {
+                    let _ = respond_fault(&mut r, handler, Some(&head), fault, started, limits);
+                    return;
+                }
+            };
+            let req = Request {
+                head: head.clone(),
+                body,
+            };
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                handler.handle(admitted, req)
+            }))
         };
-        let req = Request {
-            head: head.clone(),
-            body,
-        };
-        let resp = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            handler.handle(admitted, req)
-        })) {
+        let resp = match answered {
             Ok(resp) => resp,
             Err(_) => {
                 let mut resp = handler.fault(&Fault::Panic);
@@ -486,13 +503,13 @@ fn connection<H: Handler>(
                 resp
             }
         };
-        let close = close || resp.close || state.stopping.load(Ordering::SeqCst);
+        let close = close || unread || resp.close || state.stopping.load(Ordering::SeqCst);
         let out = Out {
             handler,
             limits,
             started,
         };
-        if !out.finish(&mut r, &head, resp, close, false)
+        if !out.finish(&mut r, &head, resp, close, unread)
             || !state.table().set(listed.id, Phase::Idle)
         {
             return;
@@ -548,7 +565,14 @@ fn respond_fault<H: Handler>(
 /// Writes a response within the write timeout, counted for the whole response.
 fn send(r: &BufReader<Stream>, resp: &Response, minor: u8, limits: &Limits) -> io::Result<()> {
     let by = Instant::now() + limits.write_timeout;
-    write_response(resp, minor, |b| r.get_ref().write_all_by(b, by))
+    write_response(resp, minor, |b| r.get_ref().write_all_by(b, by))?;
+    match &resp.file {
+        Some(f) => write_file(f, |b| {
+            r.get_ref()
+                .write_all_by(b, Instant::now() + limits.write_timeout)
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Closes after an error response. When the client may still be sending (a refused body),
@@ -643,6 +667,7 @@ mod tests {
                     close: false,
                     route: "",
                     job_id: None,
+                    file: None,
                 }
             }
             fn done(&self, _: Option<&Head>, _: &Response, _: Duration) {}

@@ -10,6 +10,7 @@ pub fn reason(status: u16) -> &'static str {
         100 => "Continue",
         200 => "OK",
         201 => "Created",
+        206 => "Partial Content",
         400 => "Bad Request",
         401 => "Unauthorized",
         403 => "Forbidden",
@@ -18,10 +19,12 @@ pub fn reason(status: u16) -> &'static str {
         408 => "Request Timeout",
         409 => "Conflict",
         413 => "Content Too Large",
+        416 => "Range Not Satisfiable",
         429 => "Too Many Requests",
         500 => "Internal Server Error",
         503 => "Service Unavailable",
         504 => "Gateway Timeout",
+        507 => "Insufficient Storage",
         _ => "Status",
     }
 }
@@ -52,6 +55,31 @@ pub(super) fn write_response(
     write(&resp.body)
 }
 
+/// Writes a file body in bounded pieces with `write` (each piece with its own deadline,
+/// so that a large file needs a reader that keeps up, not a fast one).
+pub(super) fn write_file(
+    body: &super::FileBody,
+    mut write: impl FnMut(&[u8]) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; (256 << 10).min(body.len.max(1) as usize)];
+    let mut at = body.offset;
+    let end = body.offset + body.len;
+    while at < end {
+        let want = buf.len().min((end - at) as usize);
+        let n = body.file.read_at(&mut buf[..want], at)?;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the file shrank while being sent",
+            ));
+        }
+        write(&buf[..n])?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
 /// The status line and headers, with room for `extra` more bytes.
 fn encode_head(resp: &Response, minor: u8, extra: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(160 + extra);
@@ -60,7 +88,7 @@ fn encode_head(resp: &Response, minor: u8, extra: usize) -> Vec<u8> {
         "HTTP/1.1 {} {}\r\nContent-Length: {}\r\n",
         resp.status,
         reason(resp.status),
-        resp.body.len()
+        resp.file.as_ref().map_or(resp.body.len() as u64, |f| f.len)
     );
     for (k, v) in &resp.headers {
         let _ = write!(out, "{k}: {v}\r\n");
@@ -87,6 +115,7 @@ mod tests {
             close: true,
             route: "",
             job_id: None,
+            file: None,
         };
         assert_eq!(
             String::from_utf8(encode(&resp, 1)).unwrap(),
@@ -103,6 +132,7 @@ mod tests {
             close: false,
             route: "",
             job_id: None,
+            file: None,
         };
         for (n, writes) in [(10, 1), (COPIED_BODY, 1), (COPIED_BODY + 1, 2)] {
             let r = resp(n);
