@@ -9,6 +9,7 @@ mod api;
 mod cli;
 mod corpus;
 mod durability;
+mod files;
 mod harness;
 mod jobs;
 mod openapi;

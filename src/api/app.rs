@@ -38,6 +38,8 @@ pub struct App {
     waiting: AtomicUsize,
     /// The most that may wait at once.
     max_waiting: usize,
+    /// The largest file an upload may write.
+    pub(super) max_file_bytes: u64,
 }
 
 /// A request's place among those that wait; given back on drop.
@@ -79,7 +81,14 @@ impl App {
             hub,
             waiting: AtomicUsize::new(0),
             max_waiting: usize::MAX,
+            max_file_bytes: super::handlers::files::DEFAULT_MAX_FILE_BYTES,
         }
+    }
+
+    /// Caps the size of files written through `PUT /v1/files/content`.
+    pub fn with_max_file_bytes(mut self, n: u64) -> App {
+        self.max_file_bytes = n;
+        self
     }
 
     /// Caps the requests that wait at once: long-polls, starts that wait for their job,
@@ -116,6 +125,67 @@ impl App {
     /// The persisted env.
     pub(super) fn env(&self) -> EnvStore {
         EnvStore::open(self.store.root())
+    }
+
+    /// Answers an admitted request: `body` is its whole body, or empty when `stream` is
+    /// to be read instead (an upload).
+    fn answer(
+        &self,
+        admitted: Admitted,
+        head: &Head,
+        body: &[u8],
+        stream: &mut (dyn std::io::Read + Send),
+    ) -> Response {
+        let Admitted {
+            route,
+            scoped,
+            id,
+            query,
+            ..
+        } = admitted;
+        let call = Call {
+            scoped,
+            head,
+            body,
+            query: &query,
+            id: id.as_deref(),
+        };
+        let reply = match route {
+            Route::ReadFile => match super::handlers::files::read(self, &call) {
+                Ok(mut resp) => {
+                    resp.route = route.template();
+                    return resp;
+                }
+                Err(f) => Err(f),
+            },
+            Route::WriteFile => super::handlers::files::write(self, &call, stream),
+            _ => (route.handler())(self, &call),
+        };
+        let mut close = false;
+        let mut job_id = id.as_deref().and_then(JobId::parse).map(|j| j.to_string());
+        let mut resp = match reply {
+            Ok(v) => {
+                if route == Route::StartJob {
+                    job_id = v.get("id").and_then(Value::as_str).map(str::to_string);
+                }
+                json_response(200, &v)
+            }
+            Err(f) => {
+                close = f.close;
+                if job_id.is_none() {
+                    job_id = f
+                        .extra
+                        .get("jobId")
+                        .and_then(Value::as_str)
+                        .map(str::to_string);
+                }
+                error_response(f)
+            }
+        };
+        resp.route = route.template();
+        resp.job_id = job_id;
+        resp.close = close;
+        resp
     }
 
     /// Authenticates, routes, checks scope and parses the query; `Err` is the answer when
@@ -216,7 +286,7 @@ pub(super) fn json_len(v: &Value) -> usize {
     c.0
 }
 
-fn error_response(f: Failure) -> Response {
+pub(super) fn error_response(f: Failure) -> Response {
     let mut v = f.err.to_json();
     if let Some(obj) = v.get_mut("error").and_then(Value::as_object_mut) {
         for (k, x) in f.extra {
@@ -256,46 +326,21 @@ impl Handler for App {
     }
 
     fn handle(&self, admitted: Admitted, req: Request) -> Response {
-        let Admitted {
-            route,
-            scoped,
-            id,
-            query,
-            ..
-        } = admitted;
-        let call = Call {
-            scoped,
-            head: &req.head,
-            body: &req.body,
-            query: &query,
-            id: id.as_deref(),
-        };
-        let reply = (route.handler())(self, &call);
-        let mut close = false;
-        let mut job_id = id.as_deref().and_then(JobId::parse).map(|j| j.to_string());
-        let mut resp = match reply {
-            Ok(v) => {
-                if route == Route::StartJob {
-                    job_id = v.get("id").and_then(Value::as_str).map(str::to_string);
-                }
-                json_response(200, &v)
-            }
-            Err(f) => {
-                close = f.close;
-                if job_id.is_none() {
-                    job_id = f
-                        .extra
-                        .get("jobId")
-                        .and_then(Value::as_str)
-                        .map(str::to_string);
-                }
-                error_response(f)
-            }
-        };
-        resp.route = route.template();
-        resp.job_id = job_id;
-        resp.close = close;
-        resp
+        self.answer(admitted, &req.head, &req.body, &mut &req.body[..])
+    }
+
+    fn streamed_body(&self, head: &Head) -> Option<u64> {
+        (head.method == Route::WriteFile.method() && head.path == Route::WriteFile.template())
+            .then_some(self.max_file_bytes)
+    }
+
+    fn handle_stream(
+        &self,
+        admitted: Admitted,
+        head: &Head,
+        body: &mut super::http::BodyReader<'_>,
+    ) -> Response {
+        self.answer(admitted, head, &[], body)
     }
 
     fn fault(&self, fault: &Fault) -> Response {
@@ -397,6 +442,13 @@ mod tests {
             Route::Sandbox => (200, "\"bootId\":\"boot-a\""),
             Route::StartPreview => (400, "port is missing"),
             Route::ListPorts => (200, "\"ports\":["),
+            Route::FileStat
+            | Route::ListFiles
+            | Route::ReadFile
+            | Route::WriteFile
+            | Route::MakeDir
+            | Route::DeleteFile => (400, "path is missing"),
+            Route::MoveFile => (400, "from"),
         }
     }
 

@@ -3,6 +3,7 @@
 //! [`Failure`] out.
 
 pub mod env;
+pub mod files;
 pub mod health;
 pub mod jobs;
 pub mod output;
