@@ -42,6 +42,26 @@ fn get(c: &mut Client, path: &Path) -> Resp {
     c.get(&format!("/v1/files/content?path={}", p(path)))
 }
 
+/// A mount made by a test, unmounted when dropped (a failing test included).
+struct Mount(PathBuf);
+
+impl Mount {
+    fn new(args: &[&str], at: &Path) -> Option<Mount> {
+        let ok = Command::new("mount")
+            .args(args)
+            .arg(at)
+            .status()
+            .is_ok_and(|st| st.success());
+        ok.then(|| Mount(at.to_path_buf()))
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
 fn temps_in(dir: &Path) -> Vec<String> {
     std::fs::read_dir(dir)
         .map(|rd| {
@@ -236,12 +256,9 @@ fn the_state_root_is_refused_however_it_is_named() {
     std::os::unix::fs::symlink(&home, d.join("root")).unwrap();
     let bind = s.dir().join("bind");
     std::fs::create_dir(&bind).unwrap();
-    let bound = Command::new("mount")
-        .args(["--bind"])
-        .arg(&home)
-        .arg(&bind)
-        .status()
-        .is_ok_and(|st| st.success());
+    let home_arg = home.display().to_string();
+    let mount = Mount::new(&["--bind", &home_arg], &bind);
+    let bound = mount.is_some();
     let mut spellings = vec![
         token.display().to_string(),
         home.display().to_string(),
@@ -309,9 +326,7 @@ fn the_state_root_is_refused_however_it_is_named() {
         None,
     );
     assert_eq!(r.code(), "forbidden", "{}", r.text());
-    if bound {
-        let _ = Command::new("umount").arg(&bind).status();
-    }
+    drop(mount);
     let t = std::fs::read_to_string(&token).unwrap();
     assert!(!t.contains("pwned") && !t.is_empty());
     assert!(s.dir().join("w").exists() && s.dir().join("work").exists());
@@ -502,19 +517,15 @@ fn a_full_disk_is_507_and_the_original_stays() {
     let s = Server::start(&[]);
     let m = s.dir().join("small");
     std::fs::create_dir(&m).unwrap();
-    let ok = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
-        .arg(&m)
-        .status()
-        .is_ok_and(|st| st.success());
-    assert!(ok, "mount -t tmpfs (root is needed)");
+    let mount = Mount::new(&["-t", "tmpfs", "-o", "size=1m", "tmpfs"], &m);
+    assert!(mount.is_some(), "mount -t tmpfs (root is needed)");
     let f = m.join("orig");
     std::fs::write(&f, "original").unwrap();
     let mut c = s.client();
     let r = put(&mut c, &f, "", &vec![b'q'; 2 << 20]);
     let left = temps_in(&m);
     let content = std::fs::read(&f).unwrap();
-    let _ = Command::new("umount").arg(&m).status();
+    drop(mount);
     assert_eq!(
         (r.status, r.code()),
         (507, "no_space".into()),
