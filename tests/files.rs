@@ -490,6 +490,7 @@ fn over_the_cap_is_413_and_leaves_nothing() {
         "{}",
         r.text()
     );
+    assert!(r.text().contains("--max-file-bytes"), "{}", r.text());
     // Chunked: refused once it passes the cap.
     let mut c = s.client();
     let head = format!(

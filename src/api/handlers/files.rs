@@ -280,15 +280,25 @@ pub fn read(app: &App, call: &Call<'_>) -> std::result::Result<Response, Failure
     let (file, st) = run(app, |g, home| {
         let path = full_path(call.query.get("path"), "path", home)?;
         let err = |e| fs_error(e, &path);
-        let p = fs::resolve(g, path.as_bytes(), true, false).map_err(err)?;
-        let st = existing(&p, &path)?;
-        if fs::kind(st) != "file" {
-            return Err(Error::Invalid(format!(
-                "{path}: not a regular file (a {})",
-                fs::kind(st)
-            )));
+        // A file replaced between its lookup and its open is looked up again (an upload's
+        // rename), so a reader gets the old content or the new, not an error.
+        for _ in 0..8 {
+            let p = fs::resolve(g, path.as_bytes(), true, false).map_err(err)?;
+            let st = existing(&p, &path)?;
+            if fs::kind(st) != "file" {
+                return Err(Error::Invalid(format!(
+                    "{path}: not a regular file (a {})",
+                    fs::kind(st)
+                )));
+            }
+            match fs::open_read(&p) {
+                Err(e) if e.raw_os_error() == Some(libc::ESTALE) => continue,
+                other => return other.map_err(err),
+            }
         }
-        fs::open_read(&p).map_err(err)
+        Err(Error::Conflict(format!(
+            "{path}: the file kept changing while it was opened; retry"
+        )))
     })?;
     let size = st.st_size as u64;
     let mut resp = Response {

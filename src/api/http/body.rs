@@ -56,7 +56,7 @@ pub fn framing(head: &Head, max_body: u64) -> Result<Framing, Fault> {
 
 fn too_large_body(max: u64) -> Fault {
     Fault::TooLarge(format!(
-        "the request body is over the limit of {max} bytes (--max-body)"
+        "the request body is over the limit of {max} bytes (--max-body; for a file upload, --max-file-bytes)"
     ))
 }
 
