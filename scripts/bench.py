@@ -770,7 +770,7 @@ def colour_chunk():
 
 
 def plain_chunk():
-    """Log lines of words (as scripts/bench-capture.py makes them)."""
+    """Log lines of words (words and numbers, as a service logs them)."""
     rnd = random.Random(1)
     words = ["".join(rnd.choice(string.ascii_lowercase) for _ in range(rnd.randint(2, 9))) for _ in range(500)]
     lines = [f"2026-11-29T12:00:{i % 60:02d}Z INFO worker[{i % 7}] " + " ".join(rnd.choice(words) for _ in range(10))

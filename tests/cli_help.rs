@@ -2,9 +2,7 @@
 //! every flag, exec's exit statuses, `exec --wait 0` printing the job id, and the status
 //! tail starting at a line.
 
-mod common;
-
-use common::*;
+use crate::util::*;
 
 /// Every subcommand with a help page (the top level is `[]`).
 const COMMANDS: [&[&str]; 7] = [

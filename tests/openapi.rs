@@ -277,10 +277,11 @@ fn the_schema_check_finds_missing_undocumented_and_mistyped_fields() {
     let mut j = job.clone();
     j.as_object_mut().unwrap().remove("output");
     j.as_object_mut().unwrap().remove("isError");
-    let list = json!({"jobs": [j.clone(), {"id": "job_x", "corrupt": true, "error": "e"}]});
+    let list =
+        json!({"jobs": [j.clone(), {"id": "job_x", "corrupt": true, "error": "e"}], "next": null});
     assert_eq!(errors("JobList", &list), "");
     j["extra"] = json!({"deep": true});
-    let list = json!({"jobs": [{"id": "job_x", "corrupt": true, "error": "e"}, j]});
+    let list = json!({"jobs": [{"id": "job_x", "corrupt": true, "error": "e"}, j], "next": null});
     let e = errors("JobList", &list);
     assert!(e.contains("$.jobs[1]: fits 0 of the 2 alternatives"), "{e}");
     assert!(e.contains("$.jobs[1].extra: not in the schema"), "{e}");

@@ -6,10 +6,16 @@
 mod util;
 
 mod api;
+mod api_flood;
 mod cli;
+mod cli_help;
 mod corpus;
 mod durability;
+mod events;
 mod files;
 mod harness;
+mod hostile;
 mod jobs;
+mod log;
 mod openapi;
+mod refusals;

@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::auth::{Access, Tokens};
-use super::handlers::{Call, Failure};
+use super::handlers::{Answer, Call, Failure};
 use super::http::{Fault, Handler, Head, Request, Response};
 use super::request::Query;
 use super::routes::{Matched, Route, Scope};
@@ -34,18 +34,21 @@ pub struct App {
     tokens: Tokens,
     pub(super) sandbox: SandboxStart,
     pub(super) hub: Arc<Hub>,
-    /// Requests waiting now (see [`App::wait_slot`]).
-    waiting: AtomicUsize,
+    /// The events journal as the server follows it, and the counters of the metrics.
+    pub(super) feed: Arc<super::feed::Feed>,
+    /// Requests waiting now (see [`App::wait_slot`]); event streams count too.
+    waiting: Arc<AtomicUsize>,
     /// The most that may wait at once.
     max_waiting: usize,
     /// The largest file an upload may write.
     pub(super) max_file_bytes: u64,
 }
 
-/// A request's place among those that wait; given back on drop.
-pub struct WaitSlot<'a>(&'a AtomicUsize);
+/// A request's place among those that wait; given back on drop. It owns its share of the
+/// count, so a streamed answer (a followed log) can hold it after its handler returned.
+pub struct WaitSlot(Arc<AtomicUsize>);
 
-impl Drop for WaitSlot<'_> {
+impl Drop for WaitSlot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
     }
@@ -73,13 +76,15 @@ impl App {
         sandbox: SandboxStart,
         hub: Arc<Hub>,
     ) -> App {
+        let feed = super::feed::Feed::start(store.root());
         App {
+            feed,
             store,
             cfg,
             tokens,
             sandbox,
             hub,
-            waiting: AtomicUsize::new(0),
+            waiting: Arc::new(AtomicUsize::new(0)),
             max_waiting: usize::MAX,
             max_file_bytes: super::handlers::files::DEFAULT_MAX_FILE_BYTES,
         }
@@ -99,18 +104,18 @@ impl App {
     }
 
     /// A place for a request about to wait: a long-poll (`waitSeconds` on a job or its
-    /// output), a start that waits for its job's end, a preview. Each holds a connection
-    /// for as long as it waits, so their number is capped below the connection cap, and
-    /// short requests always find room. Over the cap: 429 `rate_limited`, and the
-    /// connection closes so that its place is free at once.
-    pub(super) fn wait_slot(&self, retry: &str) -> std::result::Result<WaitSlot<'_>, Failure> {
+    /// output), a followed log, a start that waits for its job's end, a preview. Each
+    /// holds a connection for as long as it waits, so their number is capped below the
+    /// connection cap, and short requests always find room. Over the cap: 429
+    /// `rate_limited`, and the connection closes so that its place is free at once.
+    pub(super) fn wait_slot(&self, retry: &str) -> std::result::Result<WaitSlot, Failure> {
         let taken = self
             .waiting
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
                 (n < self.max_waiting).then_some(n + 1)
             });
         match taken {
-            Ok(_) => Ok(WaitSlot(&self.waiting)),
+            Ok(_) => Ok(WaitSlot(Arc::clone(&self.waiting))),
             Err(_) => {
                 let mut f = Failure::from(Error::RateLimited(format!(
                     "{} requests are waiting already, the most at once; retry shortly, or {retry}",
@@ -150,25 +155,27 @@ impl App {
             query: &query,
             id: id.as_deref(),
         };
-        let reply = match route {
-            Route::ReadFile => match super::handlers::files::read(self, &call) {
-                Ok(mut resp) => {
-                    resp.route = route.template();
-                    return resp;
-                }
-                Err(f) => Err(f),
-            },
-            Route::WriteFile => super::handlers::files::write(self, &call, stream),
-            _ => (route.handler())(self, &call),
+        let reply = match super::handlers::raw(self, route, &call) {
+            Some(Ok(mut resp)) => {
+                resp.route = route.template();
+                return resp;
+            }
+            Some(Err(f)) => Err(f),
+            None if route == Route::WriteFile => super::handlers::files::write(self, &call, stream),
+            None => (route.handler())(self, &call),
         };
         let mut close = false;
         let mut job_id = id.as_deref().and_then(JobId::parse).map(|j| j.to_string());
         let mut resp = match reply {
-            Ok(v) => {
+            Ok(Answer::Json(v)) => {
                 if route == Route::StartJob {
                     job_id = v.get("id").and_then(Value::as_str).map(str::to_string);
                 }
                 json_response(200, &v)
+            }
+            Ok(Answer::Response(resp)) => {
+                close = resp.close;
+                resp
             }
             Err(f) => {
                 close = f.close;
@@ -255,18 +262,14 @@ fn json_response(status: u16, v: &Value) -> Response {
     let mut body = Vec::with_capacity(json_len(v) + 1);
     let _ = serde_json::to_writer(&mut body, v);
     body.push(b'\n');
-    Response {
+    Response::new(
         status,
-        headers: vec![
+        vec![
             ("Content-Type", "application/json".into()),
             ("Cache-Control", "no-store".into()),
         ],
         body,
-        close: false,
-        route: "",
-        job_id: None,
-        file: None,
-    }
+    )
 }
 
 /// The length of a value's JSON text, without writing it anywhere.
@@ -361,6 +364,12 @@ impl Handler for App {
     }
 
     fn done(&self, head: Option<&Head>, resp: &Response, elapsed: Duration) {
+        let route = if resp.route.is_empty() {
+            "unmatched"
+        } else {
+            resp.route
+        };
+        self.feed.request(route, resp.status, elapsed);
         // Only the route template is logged, never the path or query: a token or secret
         // pasted into a URL must not reach the log.
         let mut line = json!({
@@ -437,7 +446,7 @@ mod tests {
             Route::Health => (200, "\"ok\":true"),
             Route::StartJob => (400, "command is missing"),
             Route::ListJobs => (200, "\"jobs\":[]"),
-            Route::GetJob | Route::JobOutput | Route::CancelJob => (404, "no job"),
+            Route::GetJob | Route::JobOutput | Route::JobLog | Route::CancelJob => (404, "no job"),
             Route::GetEnv | Route::SetEnv => (200, "\"names\":[]"),
             Route::Sandbox => (200, "\"bootId\":\"boot-a\""),
             Route::StartPreview => (400, "port is missing"),
@@ -449,6 +458,8 @@ mod tests {
             | Route::MakeDir
             | Route::DeleteFile => (400, "path is missing"),
             Route::MoveFile => (400, "from"),
+            Route::Events => (200, "\"events\":[]"),
+            Route::Metrics => (200, "gitterm_jobs_started_total 0"),
         }
     }
 

@@ -13,6 +13,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod feed;
 pub mod handlers;
 pub mod http;
 pub mod request;
@@ -74,11 +75,15 @@ pub struct ServeArgs {
     /// Prune ended jobs older than this many days
     #[arg(long, value_name = "D", default_value = "7")]
     pub keep_days: f64,
+    /// Keep at least this many job events in the journal; older whole segments (1 MiB)
+    /// beyond them, or older than --keep-days, are compacted away (start, every 10 minutes)
+    #[arg(long, value_name = "N", default_value = "100000")]
+    pub keep_events: usize,
 }
 
 /// Settles every record at start (a resumed sandbox's `running` jobs become `lost` at
 /// once, not on first read), then prunes ended jobs now and every ten minutes.
-fn start_housekeeping(store: Store, keep_jobs: usize, keep_for: Duration) {
+fn start_housekeeping(store: Store, keep_jobs: usize, keep_events: usize, keep_for: Duration) {
     // Every second: a job that stopped its supervisor while nobody reads it still ends at
     // its timeout (the supervisor is continued and finds the deadline passed).
     let watched = store.clone();
@@ -101,6 +106,11 @@ fn start_housekeeping(store: Store, keep_jobs: usize, keep_for: Duration) {
             let settled = crate::job::settle::list(&store).len();
             log(serde_json::json!({"event": "rescan", "jobs": settled}));
             loop {
+                let journal = crate::state::events::Journal::open(store.root());
+                let compacted = journal.compact(keep_events, keep_for);
+                if compacted > 0 {
+                    log(serde_json::json!({"event": "compact", "segments": compacted}));
+                }
                 let removed = crate::job::settle::prune(&store, keep_jobs, keep_for);
                 if !removed.is_empty() {
                     log(serde_json::json!({"event": "prune", "removed": removed.len()}));
@@ -187,6 +197,7 @@ pub fn serve_main(args: ServeArgs) -> Result<i32> {
     start_housekeeping(
         store.clone(),
         args.keep_jobs,
+        args.keep_events,
         Duration::from_secs_f64(args.keep_days * 86_400.0),
     );
     // A handler's panic becomes a 500 for its request; its message goes to the log as

@@ -85,6 +85,8 @@ routes! {
     /// A page of a job's output.
     JobOutput = "GET" "/v1/jobs/{id}/output", Scoped, ["offset", "limit", "waitSeconds"],
         handlers::output::page;
+    /// The whole stored output as plain text, streamed; one byte range; or followed.
+    JobLog = "GET" "/v1/jobs/{id}/log", Scoped, ["follow"], handlers::log::get;
     /// TERM, then KILL, to the whole job.
     CancelJob = "POST" "/v1/jobs/{id}/cancel", Full, [], handlers::jobs::cancel;
     /// The persisted env's names.
@@ -102,7 +104,7 @@ routes! {
     /// A page of a folder's entries, names sorted.
     ListFiles = "GET" "/v1/files/list", Full, ["path", "limit", "cursor"], handlers::files::list;
     /// A file's bytes, streamed (`Range` gives 206).
-    ReadFile = "GET" "/v1/files/content", Full, ["path"], handlers::files::raw;
+    ReadFile = "GET" "/v1/files/content", Full, ["path"], handlers::files::read;
     /// Replace or create a file atomically with the streamed body.
     WriteFile = "PUT" "/v1/files/content", Full, ["path", "mode", "createDirs", "overwrite"],
         handlers::files::raw;
@@ -112,6 +114,11 @@ routes! {
     MoveFile = "POST" "/v1/files/move", Full, [], handlers::files::rename;
     /// Remove a file or folder.
     DeleteFile = "DELETE" "/v1/files", Full, ["path", "recursive"], handlers::files::delete;
+    /// Job events after a cursor; long-polls, or streams them as Server-Sent Events.
+    Events = "GET" "/v1/events", Full, ["after", "waitSeconds", "limit", "jobId"],
+        handlers::events::get;
+    /// Counters and gauges in the Prometheus text format.
+    Metrics = "GET" "/v1/metrics", Full, [], handlers::metrics::get;
 }
 
 /// What a request's method and path resolve to.
@@ -252,6 +259,7 @@ mod tests {
                 ("GET", "/v1/jobs"),
                 ("GET", "/v1/jobs/{id}"),
                 ("GET", "/v1/jobs/{id}/output"),
+                ("GET", "/v1/jobs/{id}/log"),
                 ("GET", "/v1/env"),
                 ("POST", "/v1/env"),
                 ("GET", "/v1/sandbox"),
@@ -280,9 +288,12 @@ mod tests {
             | Route::ListJobs
             | Route::GetJob
             | Route::JobOutput
+            | Route::JobLog
             | Route::GetEnv
             | Route::Sandbox
-            | Route::ListPorts => None,
+            | Route::ListPorts
+            | Route::Events
+            | Route::Metrics => None,
         }
     }
 

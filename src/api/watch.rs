@@ -63,9 +63,10 @@ pub struct Hub {
     cond: Condvar,
 }
 
-/// Keeps a job folder watched while a request waits on it.
-pub struct Watch<'a> {
-    hub: &'a Hub,
+/// Keeps a job folder watched while a request waits on it. It holds the hub, so it may
+/// outlive its handler (a followed log is streamed after the handler returned).
+pub struct Watch {
+    hub: Arc<Hub>,
     id: JobId,
 }
 
@@ -138,7 +139,7 @@ impl Hub {
     }
 
     /// Watches a job folder until the returned guard is dropped.
-    pub fn watch(&self, dir: &Path, id: &JobId) -> Watch<'_> {
+    pub fn watch(self: &Arc<Self>, dir: &Path, id: &JobId) -> Watch {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let entry = inner.jobs.entry(id.clone()).or_insert(Entry {
             wd: None,
@@ -162,7 +163,7 @@ impl Hub {
             inner.by_wd.insert(wd, id.clone());
         }
         Watch {
-            hub: self,
+            hub: Arc::clone(self),
             id: id.clone(),
         }
     }
@@ -186,7 +187,7 @@ impl Hub {
     }
 }
 
-impl Watch<'_> {
+impl Watch {
     /// The current counters; take them before reading the state they guard, so that a
     /// change in between is not missed.
     pub fn marks(&self) -> Marks {
@@ -233,7 +234,7 @@ impl Watch<'_> {
     }
 }
 
-impl Drop for Watch<'_> {
+impl Drop for Watch {
     fn drop(&mut self) {
         let mut inner = self.hub.inner.lock().unwrap_or_else(|e| e.into_inner());
         let Some(e) = inner.jobs.get_mut(&self.id) else {

@@ -6,6 +6,7 @@
 //! - [`print`]: what several commands print: JSON, durations, the job table
 
 mod cancel;
+mod events;
 mod exec;
 mod follow;
 mod logs;
@@ -57,11 +58,17 @@ pub enum Cmd {
     /// Remove ended jobs past the retention limits
     #[command(after_help = ENVIRONMENT)]
     Prune(prune::Args),
+    /// Print the journal of job events (started, ended, lost); --follow waits for more
+    #[command(after_help = ENVIRONMENT)]
+    Events(events::Args),
 }
 
 /// Runs one local command; `Err` is reported by the caller.
 pub fn main(cmd: Cmd) -> Result<i32> {
-    if matches!(cmd, Cmd::Status(_) | Cmd::Logs(_) | Cmd::Prune(_)) {
+    if matches!(
+        cmd,
+        Cmd::Status(_) | Cmd::Logs(_) | Cmd::Prune(_) | Cmd::Events(_)
+    ) {
         // `status | head` should end quietly, as other Unix tools do, not panic in
         // println!. (`exec` keeps SIGPIPE ignored: a closed reader cancels its job.)
         crate::os::spawn::default_sigpipe();
@@ -72,6 +79,7 @@ pub fn main(cmd: Cmd) -> Result<i32> {
         Cmd::Logs(a) => logs::run(a),
         Cmd::Cancel(a) => cancel::run(a),
         Cmd::Prune(a) => prune::run(a),
+        Cmd::Events(a) => events::run(a),
     }
 }
 

@@ -92,7 +92,8 @@ pub fn load(store: &Store, id: &JobId) -> Result<JobRecord> {
                 // or a job process that took the lock and killed its supervisor: look
                 // again until the record names a live supervisor or the lock is free,
                 // for a bounded time, then report the job as recorded.
-                let deadline = std::time::Instant::now() + SETTLE_WAIT;
+                let mut deadline = std::time::Instant::now() + SETTLE_WAIT;
+                let mut swept = false;
                 loop {
                     if supervisor_alive(&rec) {
                         return Ok(rec);
@@ -107,6 +108,21 @@ pub fn load(store: &Store, id: &JobId) -> Result<JobRecord> {
                             if rec.status != Status::Running {
                                 return Ok(rec);
                             }
+                        }
+                        // Its supervisor started and is gone, yet the lock stays held: by
+                        // a process of the job itself (it took the lock and killed its
+                        // supervisor). End the job's processes, which frees the lock, then
+                        // settle it; another reader holding it is neither in the job's
+                        // cgroup nor carries its marker, so it is not touched.
+                        Err(std::fs::TryLockError::WouldBlock)
+                            if rec.supervisor_pid.is_some() && !swept =>
+                        {
+                            swept = true;
+                            crate::os::proc::sweep_job(
+                                id.as_str(),
+                                rec.cgroup.as_deref().map(Path::new),
+                            );
+                            deadline = std::time::Instant::now() + SETTLE_WAIT;
                         }
                         Err(_) => return Ok(rec),
                     }
@@ -133,6 +149,12 @@ pub fn load(store: &Store, id: &JobId) -> Result<JobRecord> {
     rec.status = Status::Lost;
     rec.reason = Some(match sweep {
         None => LOST_BOOT.to_string(),
+        // No supervisor ever recorded itself: whoever was starting the job stopped first.
+        Some(sw) if rec.supervisor_pid.is_none() => format!(
+            "the job never started: whoever was starting it stopped before its supervisor \
+             ran; {}",
+            describe(&sw)
+        ),
         Some(sw) => format!("{LOST_SUPERVISOR}; {}", describe(&sw)),
     });
     rec.ended_at = Some(crate::text::timefmt::now());
@@ -140,6 +162,7 @@ pub fn load(store: &Store, id: &JobId) -> Result<JobRecord> {
     store
         .write_record(&rec)
         .map_err(|e| Error::io(format!("recording job {id} as lost"), e))?;
+    crate::state::events::record(store.root(), crate::state::events::LOST, &rec);
     Ok(rec)
 }
 

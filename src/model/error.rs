@@ -14,6 +14,9 @@ pub enum Error {
     Conflict(String),
     /// A body or value over its size limit.
     TooLarge(String),
+    /// What the request names is no longer kept (an events cursor from before the kept
+    /// window or from another boot).
+    Gone(String),
     /// Too many running jobs.
     RateLimited(String),
     /// Nothing happened in time.
@@ -36,6 +39,7 @@ impl Error {
             Error::NotFound(_) => "not_found",
             Error::Conflict(_) => "conflict",
             Error::TooLarge(_) => "too_large",
+            Error::Gone(_) => "gone",
             Error::RateLimited(_) => "rate_limited",
             Error::Timeout(_) => "timeout",
             Error::Auth(_) => "auth",
@@ -53,6 +57,7 @@ impl Error {
             Error::Forbidden(_) => 403,
             Error::NotFound(_) => 404,
             Error::Conflict(_) => 409,
+            Error::Gone(_) => 410,
             Error::TooLarge(_) => 413,
             Error::RateLimited(_) => 429,
             Error::Internal(_) => 500,
@@ -77,6 +82,7 @@ impl Error {
             | Error::NotFound(m)
             | Error::Conflict(m)
             | Error::TooLarge(m)
+            | Error::Gone(m)
             | Error::RateLimited(m)
             | Error::Timeout(m)
             | Error::Auth(m)

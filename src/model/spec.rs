@@ -159,8 +159,8 @@ pub fn check_env(name: &str, value: &str) -> Result<()> {
 }
 
 /// What the launcher tells the supervisor. Never written to disk: it reaches the
-/// supervisor as a memory file on [`crate::job::handshake::SPEC_FD`], so the real command
-/// and the secret values have no copy in the job folder.
+/// supervisor as a memory file on a descriptor the launcher passes (the handshake's
+/// `SPEC_FD`), so the real command and the secret values have no copy in the job folder.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Spec {

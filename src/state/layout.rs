@@ -19,6 +19,8 @@ pub const RESERVE: &str = ".reserve";
 
 /// Under the root: one empty file per running job, so a start counts them cheaply.
 pub const RUNNING_DIR: &str = "running";
+/// Under the root: the journal of job events (see `crate::state::events`).
+pub const EVENTS_DIR: &str = "events";
 /// Under the root: one file per idempotency key.
 pub const IDEMPOTENCY_DIR: &str = "idempotency";
 /// Prefix of a job folder still being assembled (renamed into place whole).

@@ -2,6 +2,7 @@
 //! persisted env and the sandbox record. Nothing here signals a process.
 
 pub mod envstore;
+pub mod events;
 pub mod fsutil;
 pub mod idempotency;
 pub mod layout;

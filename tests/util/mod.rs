@@ -7,6 +7,8 @@
 //!   its command line or environment. Those are killed, and named in the failure.
 //! - [`Server`]: a real `serve` on an ephemeral port inside a sandbox, and [`Client`], a raw
 //!   HTTP/1.1 client whose every JSON answer is checked against `docs/openapi.json`.
+//! - [`TestUser`]: a user made for one test (jobs that run as someone else), removed with
+//!   its home afterwards; its drop fails the test if any process of the user is left.
 //! - [`eventually`]: the one way to wait for something. Tests poll, never sleep for a
 //!   condition, and no assertion is on a tighter timing than [`PROMPT`] unless it says why.
 #![allow(dead_code, unused_imports)]
@@ -16,6 +18,7 @@ pub mod procs;
 pub mod sandbox;
 pub mod schema;
 pub mod server;
+pub mod users;
 
 use std::time::{Duration, Instant};
 
@@ -24,6 +27,7 @@ pub use procs::*;
 pub use sandbox::{Out, Sandbox};
 pub use serde_json::{Value, json};
 pub use server::Server;
+pub use users::{TestUser, is_root, uid_processes};
 
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_gitterm-agent");

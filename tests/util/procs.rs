@@ -23,8 +23,10 @@ impl std::fmt::Display for ProcInfo {
     }
 }
 
-/// Every live (non-zombie) process but this one for which `matches(cmdline, environ)`
-/// holds, both as NUL-separated bytes.
+/// Every live process but this one for which `matches(cmdline, environ)` holds, both as
+/// NUL-separated bytes. A zombie leader whose other threads run on (it called
+/// `pthread_exit`) is live: its command line and environment are read through one of
+/// those threads, since the leader's own files are empty once it exited.
 pub fn scan(mut matches: impl FnMut(&[u8], &[u8]) -> bool) -> Vec<ProcInfo> {
     let me = std::process::id() as i32;
     let mut found = Vec::new();
@@ -38,21 +40,53 @@ pub fn scan(mut matches: impl FnMut(&[u8], &[u8]) -> bool) -> Vec<ProcInfo> {
         if pid <= 1 || pid == me {
             continue;
         }
-        let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let env = fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let (state, base) = match proc_state(pid) {
+            None | Some('X') => continue,
+            Some('Z') => match live_thread(pid) {
+                Some(tid) => ('Z', format!("/proc/{pid}/task/{tid}")),
+                None => continue,
+            },
+            Some(state) => (state, format!("/proc/{pid}")),
+        };
+        let cmdline = fs::read(format!("{base}/cmdline")).unwrap_or_default();
+        let env = fs::read(format!("{base}/environ")).unwrap_or_default();
         if !matches(&cmdline, &env) {
             continue;
         }
-        match proc_state(pid) {
-            None | Some('Z') | Some('X') => continue,
-            Some(state) => found.push(ProcInfo {
-                pid,
-                state,
-                cmdline: String::from_utf8_lossy(&cmdline).replace('\0', " "),
-            }),
-        }
+        found.push(ProcInfo {
+            pid,
+            state,
+            cmdline: String::from_utf8_lossy(&cmdline).replace('\0', " "),
+        });
     }
     found
+}
+
+/// A thread of `pid`'s thread group that is not a zombie, if any.
+pub fn live_thread(pid: i32) -> Option<i32> {
+    fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+        .filter_map(|t| t.file_name().to_str()?.parse::<i32>().ok())
+        .find(|tid| {
+            let stat = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"));
+            stat.ok()
+                .and_then(|t| {
+                    let close = t.rfind(')')?;
+                    t[close + 1..].trim_start().chars().next()
+                })
+                .is_some_and(|s| s != 'Z' && s != 'X')
+        })
+}
+
+/// True while some thread of `pid` can still run: it is not a zombie, or it is a zombie
+/// leader whose other threads live on. (`/proc/<pid>/stat` alone says `Z` for the latter.)
+pub fn group_alive(pid: i32) -> bool {
+    match proc_state(pid) {
+        None | Some('X') => false,
+        Some('Z') => live_thread(pid).is_some(),
+        Some(_) => true,
+    }
 }
 
 /// True when one of the NUL-separated entries of `list` contains `needle`.
@@ -88,6 +122,23 @@ pub fn kill_job_processes(id: &str) {
             kill(p.pid, libc::SIGKILL);
         }
         left.is_empty().then_some(())
+    });
+}
+
+/// Kills a job's supervisor (the record's `supervisorPid`) with SIGKILL and waits until it
+/// is really gone: every thread of it, not just the leader (the supervisor has more than
+/// one, and its files, the job's lock among them, close only with the last).
+pub fn kill_supervisor(rec: &serde_json::Value) {
+    let sup = rec["supervisorPid"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("no supervisorPid in {rec:#}")) as i32;
+    assert!(
+        proc_state(sup).is_some_and(|s| s != 'Z'),
+        "supervisor {sup} should be alive"
+    );
+    kill(sup, libc::SIGKILL);
+    eventually(PROMPT, "the supervisor to die", || {
+        (!group_alive(sup)).then_some(())
     });
 }
 
@@ -147,26 +198,86 @@ pub fn catches(pid: i32, sig: i32) -> bool {
         .is_some_and(|m| m & (1 << (sig - 1)) != 0)
 }
 
-/// The job's cgroup v2 folder as the agent would create it, if cgroup v2 is mounted.
-pub fn job_cgroup(id: &str) -> Option<PathBuf> {
+/// Where cgroup v2 is mounted, if it is.
+pub fn cgroup2_mount() -> Option<PathBuf> {
     let mounts = fs::read_to_string("/proc/self/mounts").ok()?;
-    let mount = mounts.lines().find_map(|l| {
+    mounts.lines().find_map(|l| {
         let mut f = l.split_whitespace();
         let (_dev, dir, kind) = (f.next()?, f.next()?, f.next()?);
         (kind == "cgroup2").then(|| PathBuf::from(dir))
-    })?;
+    })
+}
+
+/// The cgroup v2 folder this process is in, if cgroup v2 is mounted.
+pub fn own_cgroup() -> Option<PathBuf> {
+    let mount = cgroup2_mount()?;
     let own = fs::read_to_string("/proc/self/cgroup").ok()?;
     let rel = own
         .lines()
         .find_map(|l| l.strip_prefix("0::"))?
         .trim_start_matches('/')
         .to_string();
-    let base = if rel.is_empty() {
+    Some(if rel.is_empty() {
         mount
     } else {
         mount.join(rel)
-    };
-    Some(base.join("gitterm").join(id))
+    })
+}
+
+/// The job's cgroup v2 folder as the agent would create it, if cgroup v2 is mounted.
+pub fn job_cgroup(id: &str) -> Option<PathBuf> {
+    Some(own_cgroup()?.join("gitterm").join(id))
+}
+
+/// The cgroup v2 path of a process (`/proc/<pid>/cgroup`'s `0::` line), as a folder
+/// under the mount.
+pub fn cgroup_of(pid: i32) -> Option<PathBuf> {
+    let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let rel = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+    Some(cgroup2_mount()?.join(rel.trim_start_matches('/')))
+}
+
+/// A cgroup of the test's own, beside the agent's `gitterm` folder: a place that is not a
+/// job's, to move processes to. Dropping it kills what is in it and removes it.
+pub struct ScratchCgroup {
+    pub path: PathBuf,
+}
+
+impl ScratchCgroup {
+    /// A new cgroup in this process's own, or `None` where cgroup v2 is not writable.
+    pub fn create(tag: &str) -> Option<ScratchCgroup> {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static SERIAL: AtomicUsize = AtomicUsize::new(0);
+        let n = SERIAL.fetch_add(1, Ordering::Relaxed);
+        let path = own_cgroup()?.join(format!("gitterm-test-{tag}-{}-{n}", std::process::id()));
+        fs::create_dir(&path).ok()?;
+        let cg = ScratchCgroup { path };
+        cg.procs().exists().then_some(cg)
+    }
+
+    /// Its `cgroup.procs`.
+    pub fn procs(&self) -> PathBuf {
+        self.path.join("cgroup.procs")
+    }
+
+    /// The pids in it.
+    pub fn pids(&self) -> Vec<i32> {
+        fs::read_to_string(self.procs())
+            .map(|s| s.lines().filter_map(|l| l.trim().parse().ok()).collect())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for ScratchCgroup {
+    fn drop(&mut self) {
+        let _ = fs::write(self.path.join("cgroup.kill"), "1");
+        for _ in 0..200 {
+            if fs::remove_dir(&self.path).is_ok() || !self.path.exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 }
 
 /// Kills what is left in a job's cgroup and removes the folder (quietly).

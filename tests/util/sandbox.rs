@@ -121,6 +121,7 @@ impl Sandbox {
         c.env("GITTERM_HOME", &self.home)
             .env("HOME", self.dir.path())
             .env_remove("GITTERM_BOOT_ID_FILE")
+            .env_remove("GITTERM_JOB_USER")
             .env_remove(super::JOB_MARKER)
             .current_dir(&self.work)
             .stdin(Stdio::null());

@@ -36,7 +36,17 @@ impl Server {
 
     /// Starts a server in `sb`, listening on `listen` (`--grace 1` unless told otherwise).
     pub fn start_in(sb: Arc<Sandbox>, listen: &str, flags: &[&str]) -> Server {
+        Server::start_with(sb, listen, flags, &[])
+    }
+
+    /// [`Server::start_in`] on 127.0.0.1:0 with these environment variables set.
+    pub fn start_in_env(sb: Arc<Sandbox>, flags: &[&str], env: &[(&str, &str)]) -> Server {
+        Server::start_with(sb, "127.0.0.1:0", flags, env)
+    }
+
+    fn start_with(sb: Arc<Sandbox>, listen: &str, flags: &[&str], env: &[(&str, &str)]) -> Server {
         let mut c = sb.cmd(&["serve", "--listen", listen, "--grace", "1"]);
+        c.envs(env.iter().copied());
         c.args(flags).stdout(Stdio::null()).stderr(Stdio::piped());
         let mut child = sb.spawn(c);
         let stderr = child.stderr.take().unwrap();

@@ -8,11 +8,11 @@ use crate::api::app::App;
 use crate::api::request;
 
 pub fn get(app: &App, _: &Call<'_>) -> Reply {
-    Ok(json!({"names": app.env().names()?}))
+    Ok(json!({"names": app.env().names()?}).into())
 }
 
 pub fn set(app: &App, call: &Call<'_>) -> Reply {
     let b = request::env_body(call.body)?;
     let names = app.env().apply(&b.set, &b.unset, b.replace)?;
-    Ok(json!({ "names": names }))
+    Ok(json!({ "names": names }).into())
 }

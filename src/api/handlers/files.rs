@@ -4,14 +4,13 @@
 //! (see [`crate::os::files`]).
 
 use std::io::{self, Read};
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
 
-use super::{Call, Failure, Reply};
+use super::{Answer, Call, Failure, Reply};
 use crate::api::app::App;
-use crate::api::http::{FileBody, Response, fault_of};
+use crate::api::http::{Response, Streamed, fault_of};
 use crate::api::request::{self, DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, query_bool};
 use crate::model::error::{Error, Result};
 use crate::os::files::{self as fs, Guard, Place, WriteError, WriteOpts};
@@ -176,7 +175,8 @@ pub fn stat(app: &App, call: &Call<'_>) -> Reply {
         let p = fs::resolve(g, path.as_bytes(), false, false).map_err(|e| fs_error(e, &path))?;
         let st = existing(&p, &path)?;
         Ok(stat_json(&path, &p, st))
-    })?)
+    })?
+    .into())
 }
 
 /// `GET /v1/files/list?path=P&limit=N&cursor=C`: one level, names sorted bytewise; the
@@ -215,7 +215,8 @@ pub fn list(app: &App, call: &Call<'_>) -> Reply {
             .then(|| page.last().map(|n| hex(n)))
             .flatten();
         Ok(json!({"entries": entries, "next": next}))
-    })?)
+    })?
+    .into())
 }
 
 fn hex(b: &[u8]) -> String {
@@ -232,10 +233,10 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// The table's entry for the content routes, which [`App`] answers itself ([`read`],
-/// [`write`]): raw bytes, not JSON.
+/// The table's entry for the upload route, which [`App`] answers itself with [`write`]:
+/// its body is streamed, not held.
 pub fn raw(_: &App, _: &Call<'_>) -> Reply {
-    Err(Error::Internal("the content routes are answered by read and write".into()).into())
+    Err(Error::Internal("the upload route is answered by write".into()).into())
 }
 
 /// A `Range` header's one range (`bytes=a-b`, `a-`, `-n`) within `size`: `Ok(None)` for no
@@ -276,7 +277,7 @@ fn range(h: Option<&str>, size: u64) -> std::result::Result<Option<(u64, u64)>, 
 }
 
 /// `GET /v1/files/content?path=P`: the bytes, streamed from the open file.
-pub fn read(app: &App, call: &Call<'_>) -> std::result::Result<Response, Failure> {
+pub fn read(app: &App, call: &Call<'_>) -> Reply {
     let (file, st) = run(app, |g, home| {
         let path = full_path(call.query.get("path"), "path", home)?;
         let err = |e| fs_error(e, &path);
@@ -301,20 +302,16 @@ pub fn read(app: &App, call: &Call<'_>) -> std::result::Result<Response, Failure
         )))
     })?;
     let size = st.st_size as u64;
-    let mut resp = Response {
-        status: 200,
-        headers: vec![
+    let mut resp = Response::new(
+        200,
+        vec![
             ("Content-Type", "application/octet-stream".into()),
             ("ETag", fs::etag(&st)),
             ("Accept-Ranges", "bytes".into()),
             ("Cache-Control", "no-store".into()),
         ],
-        body: Vec::new(),
-        close: false,
-        route: "",
-        job_id: None,
-        file: None,
-    };
+        Vec::new(),
+    );
     let (offset, len) = match range(call.head.header("range"), size) {
         Ok(None) => (0, size),
         Ok(Some((start, len))) => {
@@ -334,15 +331,11 @@ pub fn read(app: &App, call: &Call<'_>) -> std::result::Result<Response, Failure
             );
             r.status = 416;
             r.headers.push(("Content-Range", format!("bytes */{size}")));
-            return Ok(r);
+            return Ok(Answer::Response(r));
         }
     };
-    resp.file = Some(FileBody {
-        file: Arc::new(file),
-        offset,
-        len,
-    });
-    Ok(resp)
+    resp.stream = Some(Streamed::File { file, offset, len });
+    Ok(Answer::Response(resp))
 }
 
 /// `PUT /v1/files/content?path=P&mode=&createDirs=&overwrite=`: the body, streamed into a
@@ -394,7 +387,7 @@ pub fn write(app: &App, call: &Call<'_>, body: &mut (dyn Read + Send)) -> Reply 
             Err(WriteError::Io(e)) => Err(err(e)),
         }
     });
-    done.map_err(|e| {
+    done.map(Answer::Json).map_err(|e| {
         let mut f = Failure::from(e);
         f.close = close;
         f
@@ -437,7 +430,8 @@ pub fn mkdir(app: &App, call: &Call<'_>) -> Reply {
         }
         let p = fs::resolve(g, path.as_bytes(), false, false).map_err(err)?;
         Ok(stat_json(&path, &p, existing(&p, &path)?))
-    })?)
+    })?
+    .into())
 }
 
 /// `POST /v1/files/move {"from", "to", "overwrite"}`: the moved object's stat.
@@ -457,7 +451,8 @@ pub fn rename(app: &App, call: &Call<'_>) -> Reply {
         fs::rename(&f, &t, b.overwrite).map_err(|e| fs_error(e, &to))?;
         let t = fs::resolve(g, to.as_bytes(), false, false).map_err(|e| fs_error(e, &to))?;
         Ok(stat_json(&to, &t, existing(&t, &to)?))
-    })?)
+    })?
+    .into())
 }
 
 /// `DELETE /v1/files?path=P&recursive=false`.
@@ -470,7 +465,8 @@ pub fn delete(app: &App, call: &Call<'_>) -> Reply {
         existing(&p, &path)?;
         fs::remove(g, &p, recursive).map_err(err)?;
         Ok(json!({"path": path, "deleted": true}))
-    })?)
+    })?
+    .into())
 }
 
 #[cfg(test)]

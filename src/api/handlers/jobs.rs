@@ -49,7 +49,7 @@ pub fn start(app: &App, call: &Call<'_>) -> Reply {
         (Wait::Seconds(s), Some(ev)) => wait_end_events(app, &rec.id.clone(), ev, s)?,
         (Wait::Seconds(s), None) => wait_end(app, &rec.id.clone(), s)?,
     };
-    Ok(app.store.view(&rec))
+    Ok(app.store.view(&rec).into())
 }
 
 /// A page of the job records: at most `limit` (default [`request::DEFAULT_LIST_LIMIT`]) and
@@ -75,6 +75,8 @@ pub fn list(app: &App, call: &Call<'_>) -> Reply {
         .map_or(request::DEFAULT_LIST_LIMIT, |n| n as usize);
     let after = q.get("cursor").map(Place::parse).transpose()?;
     let wanted = |r: &JobRecord| status.is_none_or(|s| r.status == s);
+    // Read before the listing: watching from it misses nothing that changed during it.
+    let events_cursor = app.feed.journal.cursor(app.feed.journal.end());
     let mut places: Vec<(Place, Option<String>)> = Vec::new();
     scan(app, |id, loaded| {
         let entry = match loaded {
@@ -116,7 +118,7 @@ pub fn list(app: &App, call: &Call<'_>) -> Reply {
         jobs.push(entry);
         last = Some(place);
     }
-    Ok(json!({ "jobs": jobs, "next": next }))
+    Ok(json!({ "jobs": jobs, "next": next, "eventsCursor": events_cursor }).into())
 }
 
 /// Calls `f` with every job folder's id and its record as [`crate::job::settle::load`] reads
@@ -139,11 +141,11 @@ pub fn get(app: &App, call: &Call<'_>) -> Reply {
         .unwrap_or(0.0);
     let rec = crate::job::settle::load(&app.store, &id)?;
     if wait <= 0.0 || rec.status.is_final() {
-        return Ok(app.store.view(&rec));
+        return Ok(app.store.view(&rec).into());
     }
     let _slot = app.wait_slot("read the job without waitSeconds")?;
     let rec = wait_end(app, &id, wait)?;
-    Ok(app.store.view(&rec))
+    Ok(app.store.view(&rec).into())
 }
 
 pub fn cancel(app: &App, call: &Call<'_>) -> Reply {
@@ -152,7 +154,7 @@ pub fn cancel(app: &App, call: &Call<'_>) -> Reply {
     // The grace period, plus a margin for the supervisor to write the final record.
     let wait = Duration::from_secs_f64(app.cfg.grace_seconds + 5.0);
     let rec = launch::cancel(&app.store, &id, wait)?;
-    Ok(app.store.view(&rec))
+    Ok(app.store.view(&rec).into())
 }
 
 /// [`wait_end`] for a job this request started, over the supervisor's own change channel:

@@ -1,11 +1,14 @@
 //! The handlers, one file per resource. Each is a [`Handle`]: the server, and a request
-//! already authenticated, routed and scope-checked (see [`super::app`]), in; JSON or a
-//! [`Failure`] out.
+//! already authenticated, routed and scope-checked (see [`super::app`]), in; JSON (or a
+//! response of its own, for a body that is not JSON) or a [`Failure`] out.
 
 pub mod env;
+pub mod events;
 pub mod files;
 pub mod health;
 pub mod jobs;
+pub mod log;
+pub mod metrics;
 pub mod output;
 pub mod ports;
 pub mod previews;
@@ -14,7 +17,7 @@ pub mod sandbox;
 use serde_json::Value;
 
 use super::app::App;
-use super::http::Head;
+use super::http::{Head, Response};
 use super::request::Query;
 use crate::model::JobId;
 use crate::model::error::{Error, Result};
@@ -57,7 +60,22 @@ impl Call<'_> {
 pub type Handle = fn(&App, &Call<'_>) -> Reply;
 
 /// A handler's answer.
-pub type Reply = std::result::Result<Value, Failure>;
+pub type Reply = std::result::Result<Answer, Failure>;
+
+/// What a handler answers when it succeeds.
+#[derive(Debug)]
+pub enum Answer {
+    /// A JSON body, sent with status 200.
+    Json(Value),
+    /// A response the handler made itself (a plain-text log, streamed from its file).
+    Response(Response),
+}
+
+impl From<Value> for Answer {
+    fn from(v: Value) -> Answer {
+        Answer::Json(v)
+    }
+}
 
 /// An error answer, optionally with more fields next to `code` and `message`.
 #[derive(Debug)]
@@ -75,5 +93,20 @@ impl From<Error> for Failure {
             extra: Default::default(),
             close: false,
         }
+    }
+}
+
+/// The answer of a route that is not JSON (the metrics' text, an event stream), if this
+/// request is to one.
+pub fn raw(
+    app: &App,
+    route: super::routes::Route,
+    call: &Call<'_>,
+) -> Option<std::result::Result<super::http::Response, Failure>> {
+    use super::routes::Route;
+    match route {
+        Route::Metrics => Some(metrics::text(app)),
+        Route::Events if events::wants_stream(call) => Some(events::stream(app, call)),
+        _ => None,
     }
 }

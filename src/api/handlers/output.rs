@@ -48,6 +48,7 @@ pub fn page(app: &App, call: &Call<'_>) -> Reply {
             "data": page.data,
             "eof": page.eof,
             "done": done,
-        }));
+        })
+        .into());
     }
 }

@@ -51,7 +51,7 @@ pub fn start(app: &App, call: &Call<'_>) -> Reply {
         let left = deadline.saturating_duration_since(Instant::now());
         let seen = w.as_ref().map(|w| w.marks());
         if ready(left.max(Duration::from_millis(100))) {
-            return Ok(answer(job.as_ref().map(|j| j.to_string())));
+            return Ok(answer(job.as_ref().map(|j| j.to_string())).into());
         }
         if let Some(id) = &job {
             let rec = crate::job::settle::load(&app.store, id)?;

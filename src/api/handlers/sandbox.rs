@@ -29,5 +29,6 @@ pub fn get(app: &App, _: &Call<'_>) -> Reply {
         "envNames": app.env().names()?,
         "jobs": jobs,
         "isolation": crate::job::launch::isolation(&app.cfg)?,
-    }))
+    })
+    .into())
 }

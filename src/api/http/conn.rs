@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::body::{BodyReader, Framing, framing, read_body};
-use super::encode::{encode, write_file, write_response};
+use super::encode::{encode, write_response, write_streamed};
 use super::head::{Head, parse_head, read_head};
 use super::net::{Listener, Stream};
 use super::{Fault, Handler, Request, Response};
@@ -35,7 +35,11 @@ pub struct Limits {
     pub head_timeout: Duration,
     /// How long a client may take to send a whole body, from the end of its head.
     pub body_timeout: Duration,
-    /// How long writing one response may take in all, however slowly the client reads.
+    /// How long writing one response may take in all, however slowly the client reads. A
+    /// streamed body ([`super::Streamed`]: a file, or chunks as they come, such as a
+    /// followed log) may last as long as its source has more; each block of it (at most
+    /// 1 MiB) and each chunk must then leave within this time of its start, so a client
+    /// that stops reading is still cut off.
     pub write_timeout: Duration,
     /// Stack size of connection threads.
     pub stack_size: usize,
@@ -536,9 +540,9 @@ impl<H: Handler> Out<'_, H> {
         unread_body: bool,
     ) -> bool {
         resp.close = close;
-        let ok = send(r, &resp, head.minor, self.limits).is_ok();
+        let ok = send(r, &mut resp, head.minor, self.limits).is_ok();
         self.handler.done(Some(head), &resp, self.started.elapsed());
-        if !ok || close {
+        if !ok || resp.close {
             linger_close(r, unread_body);
             return false;
         }
@@ -556,23 +560,22 @@ fn respond_fault<H: Handler>(
 ) -> io::Result<()> {
     let mut resp = handler.fault(&fault);
     resp.close = true;
-    let res = send(r, &resp, head.map_or(1, |h| h.minor), limits);
+    let res = send(r, &mut resp, head.map_or(1, |h| h.minor), limits);
     handler.done(head, &resp, started.elapsed());
     linger_close(r, !matches!(fault, Fault::TooSlow(_)));
     res
 }
 
-/// Writes a response within the write timeout, counted for the whole response.
-fn send(r: &BufReader<Stream>, resp: &Response, minor: u8, limits: &Limits) -> io::Result<()> {
-    let by = Instant::now() + limits.write_timeout;
-    write_response(resp, minor, |b| r.get_ref().write_all_by(b, by))?;
-    match &resp.file {
-        Some(f) => write_file(f, |b| {
-            r.get_ref()
-                .write_all_by(b, Instant::now() + limits.write_timeout)
-        }),
-        None => Ok(()),
+/// Writes a response within the write timeout, counted for the whole response; or, for a
+/// streamed body, for its head and then each block of the body (which may set
+/// `resp.close`: see [`write_streamed`]).
+fn send(r: &BufReader<Stream>, resp: &mut Response, minor: u8, limits: &Limits) -> io::Result<()> {
+    let stream = r.get_ref();
+    if let Some(body) = resp.stream.take() {
+        return write_streamed(resp, body, minor, stream, limits.write_timeout);
     }
+    let by = Instant::now() + limits.write_timeout;
+    write_response(resp, minor, |b| stream.write_all_by(b, by))
 }
 
 /// Closes after an error response. When the client may still be sending (a refused body),
@@ -660,15 +663,7 @@ mod tests {
                 unreachable!()
             }
             fn fault(&self, _: &Fault) -> Response {
-                Response {
-                    status: 429,
-                    headers: vec![],
-                    body: b"busy".to_vec(),
-                    close: false,
-                    route: "",
-                    job_id: None,
-                    file: None,
-                }
+                Response::new(429, vec![], b"busy".to_vec())
             }
             fn done(&self, _: Option<&Head>, _: &Response, _: Duration) {}
         }

@@ -12,7 +12,7 @@
 //! - `conn.rs`: the accept loop and each connection's loop (keep-alive, limits, timeouts);
 //! - `head.rs`: reading and parsing the request line and headers;
 //! - `body.rs`: the body's framing (`Content-Length` or chunked) and reading it;
-//! - `encode.rs`: writing responses;
+//! - `encode.rs`: writing responses, and bodies streamed from their source ([`Streamed`]);
 //! - `net.rs`: the TCP and Unix sockets under all of it.
 
 mod body;
@@ -21,12 +21,12 @@ mod encode;
 mod head;
 mod net;
 
-use std::sync::Arc;
+use std::fs::File;
 use std::time::Duration;
 
 pub use body::{BodyReader, Framing, framing, parse_chunk_size};
 pub use conn::{Limits, State, run};
-pub use encode::{encode, reason};
+pub use encode::{BodyOut, encode, reason};
 pub use head::{Head, parse_head};
 pub use net::{Listener, Stream};
 
@@ -38,28 +38,68 @@ pub struct Request {
 }
 
 /// A response; `route` and `job_id` are for the request log only.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Response {
     pub status: u16,
     pub headers: Vec<(&'static str, String)>,
     pub body: Vec<u8>,
+    /// A body sent from its source after the head, in place of `body` (then empty).
+    pub stream: Option<Streamed>,
     /// Close the connection after this response.
     pub close: bool,
     /// The route template that answered, for the log.
     pub route: &'static str,
     /// The job the request was about, for the log.
     pub job_id: Option<String>,
-    /// A body read from a file instead of `body` (which is then empty).
-    pub file: Option<FileBody>,
 }
 
-/// A response body that is a range of an open file, of a length known up front: it is
-/// written in bounded pieces, never held whole.
-#[derive(Debug, Clone)]
-pub struct FileBody {
-    pub file: Arc<std::fs::File>,
-    pub offset: u64,
-    pub len: u64,
+impl Response {
+    /// A response with `body` and nothing else set.
+    pub fn new(status: u16, headers: Vec<(&'static str, String)>, body: Vec<u8>) -> Response {
+        Response {
+            status,
+            headers,
+            body,
+            stream: None,
+            close: false,
+            route: "",
+            job_id: None,
+        }
+    }
+}
+
+/// A body that is never held whole: the connection sends it from its source, after the
+/// head, in blocks each bounded by the write timeout (see [`Limits::write_timeout`]),
+/// instead of the whole response being bounded by it.
+pub enum Streamed {
+    /// `len` bytes of `file` from `offset`, sent with `Content-Length: len` straight from
+    /// the file (sendfile where the socket allows). Should the file yield fewer bytes, the
+    /// connection is cut, so a client never takes a short body for a whole one.
+    File { file: File, offset: u64, len: u64 },
+    /// A body of unknown length, produced as it comes: sent chunked (to an HTTP/1.0 client,
+    /// as it comes until the connection closes). The source's error cuts the connection
+    /// before the last chunk, so the client knows the body is incomplete.
+    Chunks(Box<dyn Source>),
+}
+
+impl std::fmt::Debug for Streamed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Streamed::File { offset, len, .. } => f
+                .debug_struct("File")
+                .field("offset", offset)
+                .field("len", len)
+                .finish_non_exhaustive(),
+            Streamed::Chunks(_) => f.write_str("Chunks"),
+        }
+    }
+}
+
+/// What produces a [`Streamed::Chunks`] body.
+pub trait Source: Send {
+    /// Sends the whole body through `out`, waiting for each part as long as it likes (it
+    /// should look at [`BodyOut::hung_up`] while it waits); returning ends the body.
+    fn send(&mut self, out: &mut BodyOut<'_>) -> std::io::Result<()>;
 }
 
 /// Something wrong at the HTTP level, before a handler could see the request.

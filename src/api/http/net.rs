@@ -140,6 +140,25 @@ impl Stream {
         }
         Ok(())
     }
+
+    /// True once the peer has closed its side (or the connection broke): whatever is
+    /// written next, nobody reads. Seen by peeking, so bytes it sent and we did not read
+    /// yet (a pipelined request) hide a close behind them until they are read.
+    pub(super) fn hung_up(&self) -> bool {
+        use nix::sys::socket::{MsgFlags, recv};
+        use std::os::fd::AsRawFd;
+        let mut byte = [0u8; 1];
+        match recv(
+            self.as_fd().as_raw_fd(),
+            &mut byte,
+            MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT,
+        ) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => false,
+            Err(_) => true,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -230,6 +249,23 @@ mod tests {
         assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
         s.shutdown(Shutdown::Both);
         assert!(reader.join().unwrap() < big.len());
+    }
+
+    #[test]
+    fn a_peer_that_hangs_up_is_seen_once_what_it_sent_is_read() {
+        let (s, peer) = pair();
+        assert!(!s.hung_up());
+        drop(peer);
+        assert!(s.hung_up());
+        let (s, mut peer) = pair();
+        peer.write_all(b"GET").unwrap();
+        assert!(!s.hung_up());
+        // Half-closed: the peer will send nothing more, and is taken to be gone.
+        peer.shutdown(Shutdown::Write).unwrap();
+        let mut buf = [0u8; 8];
+        let mut reading = s.clone();
+        assert_eq!(reading.read(&mut buf).unwrap(), 3);
+        assert!(s.hung_up());
     }
 
     #[test]

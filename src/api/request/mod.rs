@@ -18,8 +18,10 @@ use crate::model::spec::StartRequest;
 use crate::os::probe::Probe;
 
 mod cursor;
+mod range;
 mod unknown;
 pub use cursor::Place;
+pub use range::{Wanted, byte_range};
 use unknown::{FIELD, QUERY_PARAMETER, unknown_names};
 
 /// `waitSeconds` when a start request gives none.
@@ -132,6 +134,19 @@ impl Query {
                 shown(v)
             ))
         })
+    }
+
+    /// `true` or `false` (or `1` or `0`).
+    pub fn flag(&self, name: &str) -> Result<Option<bool>> {
+        match self.get(name) {
+            None => Ok(None),
+            Some("true" | "1") => Ok(Some(true)),
+            Some("false" | "0") => Ok(Some(false)),
+            Some(v) => Err(Error::Invalid(format!(
+                "{name} must be true or false, got {}",
+                shown(v)
+            ))),
+        }
     }
 
     /// A number of seconds to wait, from 0 to `max`.

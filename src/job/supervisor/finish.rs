@@ -85,6 +85,9 @@ impl Supervisor {
             }
             std::thread::sleep(Duration::from_millis(50 << attempt));
         }
+        if unsynced.is_some() {
+            crate::state::events::record(self.store.root(), crate::state::events::ENDED, rec);
+        }
         self.sink.set_events(None);
         if let Some(u) = unsynced {
             let _ = u.sync();

@@ -75,6 +75,8 @@ pub fn main(root: &Path, id: &str) -> i32 {
             let _ = Ready::Ok.send(&mut io::stdout().lock());
             s.sink.set_events(crate::job::handshake::events_out());
             detach_stdio();
+            // After the pid record, and after the launcher has its answer.
+            crate::state::events::record(store.root(), crate::state::events::STARTED, &s.rec);
             s.run();
             0
         }
@@ -110,7 +112,9 @@ fn fail_record(store: &Store, id: &JobId, msg: &str) {
         rec.status = Status::Failed;
         rec.reason = Some(format!("the agent could not start the job: {msg}"));
         rec.ended_at = Some(crate::text::timefmt::now());
-        let _ = store.write_record(&rec);
+        if store.write_record(&rec).is_ok() {
+            crate::state::events::record(store.root(), crate::state::events::ENDED, &rec);
+        }
         let _ = fs::remove_file(store.running_marker(id));
     }
 }

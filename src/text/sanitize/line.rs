@@ -56,6 +56,41 @@ impl Line {
         }
     }
 
+    /// `CSI n G` / `CSI n` + backquote: the cursor to column `col` (from 0) of the held part.
+    pub(super) fn move_to(&mut self, col: usize) {
+        self.cursor = 0;
+        self.move_right(col);
+    }
+
+    /// `CSI n C`: the cursor `n` columns right. Past the end of the line it leaves erased
+    /// cells, but never more than make the held part `limit` bytes long: a huge `n` stops
+    /// there (writing a character then streams the part before it out).
+    pub(super) fn move_right(&mut self, n: usize) {
+        let mut left = n;
+        while left > 0 && self.cursor < self.cells.len() {
+            self.cursor += cell_len(self.cells[self.cursor]);
+            left -= 1;
+        }
+        if left > 0 {
+            let pad = left.min(self.limit.saturating_sub(self.cells.len()));
+            if pad > 0 {
+                self.cells.resize(self.cells.len() + pad, BLANK);
+                self.cursor = self.cells.len();
+                self.blanks = true;
+            }
+        }
+    }
+
+    /// `CSI n D`: the cursor `n` columns left, not past column 0.
+    pub(super) fn move_left(&mut self, n: usize) {
+        for _ in 0..n {
+            if self.cursor == 0 {
+                return;
+            }
+            self.backspace();
+        }
+    }
+
     /// Writes a run of plain text (see [`plain_len`](super::scan::plain_len)) at the
     /// cursor.
     pub(super) fn put_run(&mut self, mut run: &[u8], out: &mut Vec<u8>) {

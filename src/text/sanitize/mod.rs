@@ -1,5 +1,6 @@
 //! Terminal-output sanitizer: strips escape sequences and controls and applies the line
-//! model of the contract (cursor, `\r`, backspace, erase-in-line). Pure; no I/O.
+//! model of the contract (cursor, `\r`, backspace, erase-in-line, horizontal cursor
+//! moves). Pure; no I/O.
 //!
 //! # What is stored
 //!
@@ -23,15 +24,23 @@
 //! Printable characters and `\t` are written at the cursor, overwriting or appending; `\r`
 //! moves the cursor to column 0, backspace one column left (not past 0), and `CSI K` /
 //! `CSI 0 K` / `CSI 1 K` / `CSI 2 K` erase to the end, from the start through the cursor, or
-//! the whole line, without moving the cursor. `\n` stores the line. Every other control and
-//! sequence is dropped without effect (no cursor movement, no tab stops).
+//! the whole line, without moving the cursor. The horizontal moves place the cursor without
+//! writing: `CSI n G` and `CSI n` + backquote to column `n` (counted from 1), `CSI n C` `n`
+//! columns right, `CSI n D` `n` columns left (not past 0); a missing or 0 `n` is 1, and only
+//! the first parameter counts (a private marker or an intermediate makes it another
+//! sequence). A move past the end of the line leaves blank cells. `\n` stores the line.
+//! Every other control and sequence is dropped without effect (no vertical movement, no tab
+//! stops).
 //!
 //! Erased cells are blank: blank cells followed by text in the same line are stored as
 //! spaces (that is what a terminal shows), blank cells at the end of a line are not stored.
+//! A move right never makes the held part longer than [`LINE_LIMIT`] bytes: a larger `n`
+//! (up to 65535, where parameters saturate) stops there, so it allocates nothing more.
 //!
 //! A line is held until it ends, up to [`LINE_LIMIT`] bytes. When writing a character makes
 //! the held part longer than that, the part before the cursor is streamed out and only the
-//! rest stays held; later cursor movement and erasing act on the held part alone. Nothing is
+//! rest stays held; later cursor movement and erasing act on the held part alone (so
+//! columns, for `\r` and `CSI n G` alike, count from the start of the held part). Nothing is
 //! ever inserted: no marker, no line break. The streaming points depend only on the bytes,
 //! never on how they were split into reads.
 //!
@@ -42,8 +51,8 @@
 //!
 //! In the ground state, runs of printable ASCII, `\t`, `\n` and well-formed non-C1 UTF-8 are
 //! found with a block scan and copied wholesale: complete lines go straight to the output
-//! when nothing of the line is held. Plain `CSI` sequences other than `K` (SGR colours) are
-//! skipped in one step; everything else goes through the byte-wise state machine.
+//! when nothing of the line is held. Plain `CSI` sequences other than `K` and the moves
+//! (SGR colours) are skipped in one step; everything else goes through the byte-wise state machine.
 //!
 //! # Layout
 //!

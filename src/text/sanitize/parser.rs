@@ -31,14 +31,14 @@ enum State {
 /// Parser state; it carries across reads.
 pub(super) struct Parser {
     state: State,
-    /// The CSI being parsed can still be a plain erase-in-line (no intermediates or private
-    /// markers, no parameter overflow).
+    /// The CSI being parsed can still be a plain erase-in-line or cursor move (no
+    /// intermediates or private markers, no parameter overflow).
     csi_plain: bool,
     /// Parameters and subparameters completed so far in the current CSI.
     csi_params: u8,
     /// The parameter being accumulated.
     csi_param: u16,
-    /// The first completed parameter: the only one erase-in-line reads.
+    /// The first completed parameter: the only one erase-in-line and the moves read.
     csi_first: u16,
     /// Bytes of an unfinished UTF-8 character (ground state only).
     utf8: [u8; 4],
@@ -229,7 +229,7 @@ impl Parser {
 
     fn csi_dispatch(&mut self, b: u8, line: &mut Line) {
         self.state = State::Ground;
-        if b != b'K' {
+        if !matches!(b, b'K' | b'G' | b'`' | b'C' | b'D') {
             return;
         }
         if self.csi_params == MAX_PARAMS {
@@ -237,13 +237,19 @@ impl Parser {
         } else {
             self.csi_push();
         }
-        if self.csi_plain {
-            match self.csi_first {
-                0 => line.erase_right(),
-                1 => line.erase_left(),
-                2 => line.erase_all(),
-                _ => {}
-            }
+        if !self.csi_plain {
+            return;
+        }
+        // A missing or 0 count is 1 for the moves.
+        let n = usize::from(self.csi_first.max(1));
+        match (b, self.csi_first) {
+            (b'K', 0) => line.erase_right(),
+            (b'K', 1) => line.erase_left(),
+            (b'K', 2) => line.erase_all(),
+            (b'G' | b'`', _) => line.move_to(n - 1),
+            (b'C', _) => line.move_right(n),
+            (b'D', _) => line.move_left(n),
+            _ => {}
         }
     }
 

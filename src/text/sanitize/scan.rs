@@ -106,15 +106,17 @@ fn first_not_plain(block: &[u8; 16]) -> usize {
     16
 }
 
-/// If `b` starts with a complete CSI sequence that has no effect here (anything but `K`,
-/// made only of parameter bytes), its length. SGR colours are the common case.
+/// If `b` starts with a complete CSI sequence that has no effect here (anything but `K`
+/// and the horizontal moves `G`, backquote, `C`, `D`, made only of parameter bytes), its
+/// length. SGR colours are the common case.
 pub(super) fn inert_csi_len(b: &[u8]) -> Option<usize> {
     if b.get(1) != Some(&b'[') {
         return None;
     }
     let params = b[2..].iter().position(|c| !(0x30..=0x3F).contains(c))?;
     let fin = b[2 + params];
-    ((0x40..=0x7E).contains(&fin) && fin != b'K').then_some(params + 3)
+    ((0x40..=0x7E).contains(&fin) && !matches!(fin, b'K' | b'G' | b'`' | b'C' | b'D'))
+        .then_some(params + 3)
 }
 
 #[cfg(test)]

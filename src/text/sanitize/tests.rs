@@ -109,6 +109,54 @@ fn erase_in_line() {
 }
 
 #[test]
+fn horizontal_cursor_moves() {
+    // npm's spinner: each frame is followed by "to column 1, erase to the end".
+    assert_eq!(
+        san("⠙\x1b[1G\x1b[0K⠹\x1b[1G\x1b[0Knpmproj@1.0.0 /app\n".as_bytes()),
+        "npmproj@1.0.0 /app\n"
+    );
+    // To a column, counted from 1; a missing or 0 count is 1.
+    assert_eq!(san(b"abcdef\x1b[3GX\n"), "abXdef\n");
+    assert_eq!(san(b"abcdef\x1b[3`X\n"), "abXdef\n");
+    assert_eq!(san(b"abcdef\x1b[GX\x1b[0GY\n"), "Ybcdef\n");
+    assert_eq!(san("äöü€\x1b[3Gx".as_bytes()), "äöx€");
+    // Right and left, in characters.
+    assert_eq!(san(b"abcdef\r\x1b[2CX\x1b[CY\x1b[0CZ\n"), "abXdYfZ\n");
+    assert_eq!(san(b"abcdef\x1b[2DX\x1b[DY\x1b[0DZ\n"), "abcdZf\n");
+    assert_eq!(san("é€😀\x1b[2DX".as_bytes()), "éX😀");
+    assert_eq!(san(b"ab\x1b[99DX\n"), "Xb\n");
+    // Past the end: erased cells, spaces once text follows, dropped at the end.
+    assert_eq!(san(b"ab\x1b[3CX\n"), "ab   X\n");
+    assert_eq!(san(b"ab\x1b[6GX\n"), "ab   X\n");
+    assert_eq!(san(b"ab\x1b[5C\n"), "ab\n");
+    assert_eq!(san(b"ab\x1b[10G"), "ab");
+    assert_eq!(san(b"\x1b[4Gx\x1b[1Gy\n"), "y  x\n");
+    // Only the first parameter counts; marked or intermediate forms are other sequences.
+    assert_eq!(san(b"abc\x1b[2;9GX\n"), "aXc\n");
+    assert_eq!(san(b"abc\x1b[?1GX\x1b[ 1DY\x1b[>CZ\n"), "abcXYZ\n");
+    // Moves split across reads.
+    assert_split_invariant(b"ab\x1b[12CX\x1b[3D\x1b[1Ky\x1b[G\x1b[2Kz\n", LINE_LIMIT);
+    assert_split_invariant(b"ab\x1b[12CX\x1b[3D\x1b[1Ky\x1b[G\x1b[2Kz\n", 5);
+}
+
+#[test]
+fn a_huge_move_right_stops_at_the_line_bound() {
+    let mut s = Sanitizer::new();
+    let mut out = Vec::new();
+    for _ in 0..64 {
+        s.feed(b"\x1b[65535C\x1b[99999999999C", &mut out);
+        assert!(s.line.held().len() <= LINE_LIMIT);
+        assert!(s.line.held().capacity() <= 2 * LINE_LIMIT);
+    }
+    assert!(out.is_empty());
+    // Text after it: the blanks before the cursor are final (spaces), the text is held.
+    s.feed(b"x\x1b[65535Cy\n", &mut out);
+    s.finish(&mut out);
+    let expected = " ".repeat(LINE_LIMIT) + "x" + &" ".repeat(65535) + "y\n";
+    assert!(out == expected.as_bytes());
+}
+
+#[test]
 fn csi_sequences_are_removed() {
     assert_eq!(san(b"\x1b[01;34mdir\x1b[0m\n"), "dir\n");
     assert_eq!(san(b"\x1b[38;2;255;0;0mred\x1b[m\n"), "red\n");
@@ -294,6 +342,9 @@ fn long_line_cursor_moves_act_on_the_held_part() {
     assert_eq!(san_limit(b"0123456789\rab\n", 8), b"012345678ab\n");
     assert_eq!(san_limit(b"0123456789\x1b[2K\n", 8), b"012345678\n");
     assert_eq!(san_limit(b"01234567\rab\n", 8), b"ab234567\n");
+    // Moves count from the start of the held part, and stop at the bound.
+    assert_eq!(san_limit(b"0123456789\x1b[1GX\n", 8), b"012345678X\n");
+    assert_eq!(san_limit(b"ab\x1b[20Cx\n", 8), b"ab      x\n");
     // Overwriting with wider characters grows the bytes: the part before the cursor
     // streams, the rest stays held.
     assert_eq!(
@@ -304,6 +355,7 @@ fn long_line_cursor_moves_act_on_the_held_part() {
         &b"0123456789\rab\n"[..],
         "abcdefgh\r€€€\rX\n".as_bytes(),
         b"0123456789abcdefghij\x08\x08\x1b[1Kxy\nz",
+        "0123456789\x1b[3G€€\x1b[20Cx\x1b[9Dy\x1b[65535Cz\n".as_bytes(),
     ] {
         assert_split_invariant(input, 8);
     }
@@ -366,6 +418,19 @@ impl Reference {
         }
     }
 
+    /// Right by `n`, past the end with erased cells, but the held bytes at most `limit`.
+    fn move_right(&mut self, n: usize) {
+        let target = self.cursor + n;
+        if target > self.cells.len() {
+            let held: usize = self.cells.iter().map(|c| c.map_or(1, char::len_utf8)).sum();
+            let pad = (target - self.cells.len()).min(self.limit.saturating_sub(held));
+            self.cells.resize(self.cells.len() + pad, None);
+            self.cursor = self.cells.len();
+        } else {
+            self.cursor = target;
+        }
+    }
+
     fn store(&mut self, newline: bool) {
         while self.cells.last() == Some(&None) {
             self.cells.pop();
@@ -398,14 +463,22 @@ impl vte::Perform for Reference {
     }
 
     fn csi_dispatch(&mut self, params: &vte::Params, inter: &[u8], ignore: bool, c: char) {
-        if c != 'K' || ignore || !inter.is_empty() {
+        if ignore || !inter.is_empty() {
             return;
         }
         let len = self.cells.len();
-        match params.iter().next().map_or(0, |p| p[0]) {
-            0 => self.cells.truncate(self.cursor),
-            1 => self.cells[..(self.cursor + 1).min(len)].fill(None),
-            2 => self.cells.fill(None),
+        let first = params.iter().next().map_or(0, |p| p[0]);
+        let n = usize::from(first.max(1));
+        match (c, first) {
+            ('K', 0) => self.cells.truncate(self.cursor),
+            ('K', 1) => self.cells[..(self.cursor + 1).min(len)].fill(None),
+            ('K', 2) => self.cells.fill(None),
+            ('G' | '`', _) => {
+                self.cursor = 0;
+                self.move_right(n - 1);
+            }
+            ('C', _) => self.move_right(n),
+            ('D', _) => self.cursor = self.cursor.saturating_sub(n),
             _ => {}
         }
     }
@@ -444,6 +517,21 @@ const TOKENS: &[&[u8]] = &[
     b"\x1b[2K",
     b"\x1b[K",
     b"\x1b[31m",
+    b"G",
+    b"C",
+    b"D",
+    b"`",
+    b"\x1b[G",
+    b"\x1b[1G",
+    b"\x1b[4G",
+    b"\x1b[3`",
+    b"\x1b[C",
+    b"\x1b[0C",
+    b"\x1b[3C",
+    b"\x1b[9C",
+    b"\x1b[D",
+    b"\x1b[2D",
+    b"\x1b[65535C",
     b"\x07",
     b"\x18",
     b"\x1a",

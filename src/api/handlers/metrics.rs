@@ -1,0 +1,156 @@
+//! `GET /v1/metrics`: the Prometheus text format, version 0.0.4. Job counters come from
+//! the events journal (as the server follows it, rebuilt from what is kept at its start),
+//! request counters from the server itself, the process figures from `/proc/self`: a
+//! scrape never scans the job folders.
+
+use std::fmt::Write;
+
+use super::{Call, Failure, Reply};
+use crate::api::app::App;
+use crate::api::feed::BUCKETS;
+use crate::api::http::Response;
+use crate::model::Status;
+use crate::model::error::Error;
+
+/// The route table's handler: the answer is text, made by [`text`].
+pub fn get(_app: &App, _call: &Call<'_>) -> Reply {
+    Err(Error::Internal("the metrics are answered as text".into()).into())
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// Quotes a label value as the format wants.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Bytes of resident memory and open fds of this process.
+fn process() -> (u64, u64) {
+    let rss = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .unwrap_or(0)
+        * 1024;
+    let fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64);
+    (rss, fds)
+}
+
+/// The scrape's text.
+pub fn text(app: &App) -> std::result::Result<Response, Failure> {
+    app.feed.follow();
+    let (jobs, http) = app.feed.snapshot();
+    let running = std::fs::read_dir(app.store.running_dir()).map_or(0, |d| d.count());
+    let mut out = String::with_capacity(4096);
+    family(
+        &mut out,
+        "gitterm_jobs_started_total",
+        "counter",
+        "Jobs started.",
+    );
+    let _ = writeln!(out, "gitterm_jobs_started_total {}", jobs.started);
+    family(
+        &mut out,
+        "gitterm_jobs_ended_total",
+        "counter",
+        "Jobs ended, by final status.",
+    );
+    for s in Status::ALL.iter().filter(|s| s.is_final()) {
+        let n = jobs.ended.get(s.as_str()).copied().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "gitterm_jobs_ended_total{{status=\"{}\"}} {n}",
+            s.as_str()
+        );
+    }
+    family(
+        &mut out,
+        "gitterm_jobs_running",
+        "gauge",
+        "Jobs running now.",
+    );
+    let _ = writeln!(out, "gitterm_jobs_running {running}");
+    family(
+        &mut out,
+        "gitterm_job_output_bytes_total",
+        "counter",
+        "Bytes of output stored by the jobs that ended.",
+    );
+    let _ = writeln!(out, "gitterm_job_output_bytes_total {}", jobs.output_bytes);
+    family(
+        &mut out,
+        "gitterm_http_requests_total",
+        "counter",
+        "HTTP requests answered, by route template and status code.",
+    );
+    for (route, r) in &http {
+        for (code, n) in &r.codes {
+            let _ = writeln!(
+                out,
+                "gitterm_http_requests_total{{route=\"{}\",code=\"{code}\"}} {n}",
+                label(route)
+            );
+        }
+    }
+    family(
+        &mut out,
+        "gitterm_http_request_duration_seconds",
+        "histogram",
+        "Time from a request's head to the end of its answer, by route template.",
+    );
+    for (route, r) in &http {
+        let route = label(route);
+        let mut cum = 0;
+        for (i, b) in BUCKETS.iter().enumerate() {
+            cum += r.buckets[i];
+            let _ = writeln!(
+                out,
+                "gitterm_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"{b}\"}} {cum}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "gitterm_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"+Inf\"}} {}\n\
+             gitterm_http_request_duration_seconds_sum{{route=\"{route}\"}} {}\n\
+             gitterm_http_request_duration_seconds_count{{route=\"{route}\"}} {}",
+            r.count, r.sum, r.count
+        );
+    }
+    let (rss, fds) = process();
+    family(
+        &mut out,
+        "process_resident_memory_bytes",
+        "gauge",
+        "Resident memory size in bytes.",
+    );
+    let _ = writeln!(out, "process_resident_memory_bytes {rss}");
+    family(
+        &mut out,
+        "process_open_fds",
+        "gauge",
+        "Number of open file descriptors.",
+    );
+    let _ = writeln!(out, "process_open_fds {fds}");
+    Ok(Response {
+        status: 200,
+        headers: vec![
+            (
+                "Content-Type",
+                "text/plain; version=0.0.4; charset=utf-8".into(),
+            ),
+            ("Cache-Control", "no-store".into()),
+        ],
+        body: out.into_bytes(),
+        close: false,
+        route: "",
+        job_id: None,
+        stream: None,
+    })
+}
