@@ -147,6 +147,16 @@ def attacks(host, port, token):
     # Garbage request line.
     resp = http(addr, b"\x00\x01\x02 garbage\r\n\r\n")
     check("garbage request line refused", resp.startswith(b"HTTP/1.1 4") or resp == b"")
+    # Files: the state root (the token's folder) is refused however it is spelled.
+    auth = f"Authorization: Bearer {token}\r\n".encode()
+    for spelling in [b"/proc/self/root/proc/self/cwd", b"..%2f..%2f..%2fetc%2f..%2fproc%2fself%2froot",
+                     b"%2e%2e", b"a%00b", b""]:
+        resp = http(addr, b"GET /v1/files/stat?path=" + spelling + b" HTTP/1.1\r\nHost: x\r\n" + auth + b"\r\n")
+        check(f"files: stat {spelling.decode()!r} answered, not a crash",
+              resp.startswith(b"HTTP/1.1 2") or resp.startswith(b"HTTP/1.1 4"))
+    resp = http(addr, b"PUT /v1/files/content?path=/tmp/x HTTP/1.1\r\nHost: x\r\n" + auth
+                + b"Content-Length: 99999999999999\r\n\r\n")
+    check("files: an upload over --max-file-bytes is 413", resp.startswith(b"HTTP/1.1 413"))
     return results
 
 

@@ -12,6 +12,7 @@ mod cli_help;
 mod corpus;
 mod durability;
 mod events;
+mod files;
 mod harness;
 mod hostile;
 mod jobs;

@@ -18,9 +18,13 @@ fuzz_target!(|data: &[u8]| {
     client_error(request::env_body(data));
     client_error(request::preview_body(data, None));
     client_error(request::no_body(data));
+    client_error(request::mkdir_body(data));
+    client_error(request::move_body(data));
     if let Ok(s) = std::str::from_utf8(data) {
         client_error(request::Query::parse(s, &["offset", "limit", "waitSeconds"]));
         let _ = request::percent_decode(s);
+        client_error(request::file_mode(s));
+        client_error(request::Query::parse(s, &["path", "mode", "createDirs", "overwrite"]));
         let _ = request::base64_decode(s);
     }
     if let Ok(head) = http::parse_head(data, 100) {

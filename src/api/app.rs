@@ -44,6 +44,8 @@ pub struct App {
     tickets: std::sync::Mutex<Vec<Ticket>>,
     /// Browser origins whose pages may use a ticket (`--allowed-origin`).
     allowed_origins: Vec<String>,
+    /// The largest file an upload may write.
+    pub(super) max_file_bytes: u64,
 }
 
 /// A single-use credential for one terminal WebSocket, for a browser (which cannot set
@@ -104,6 +106,7 @@ impl App {
             max_waiting: usize::MAX,
             tickets: std::sync::Mutex::new(Vec::new()),
             allowed_origins: Vec::new(),
+            max_file_bytes: super::handlers::files::DEFAULT_MAX_FILE_BYTES,
         }
     }
 
@@ -180,6 +183,12 @@ impl App {
         Ok(Access::Full)
     }
 
+    /// Caps the size of files written through `PUT /v1/files/content`.
+    pub fn with_max_file_bytes(mut self, n: u64) -> App {
+        self.max_file_bytes = n;
+        self
+    }
+
     /// Caps the requests that wait at once: long-polls, starts that wait for their job,
     /// previews (see `App::wait_slot`).
     pub fn with_max_waiting(mut self, n: usize) -> App {
@@ -214,6 +223,72 @@ impl App {
     /// The persisted env.
     pub(super) fn env(&self) -> EnvStore {
         EnvStore::open(self.store.root())
+    }
+
+    /// Answers an admitted request: `body` is its whole body, or empty when `stream` is
+    /// to be read instead (an upload).
+    fn answer(
+        &self,
+        admitted: Admitted,
+        head: &Head,
+        body: &[u8],
+        stream: &mut (dyn std::io::Read + Send),
+    ) -> Response {
+        let Admitted {
+            route,
+            scoped,
+            id,
+            query,
+            ..
+        } = admitted;
+        let call = Call {
+            scoped,
+            head,
+            body,
+            query: &query,
+            id: id.as_deref(),
+        };
+        let reply = match super::handlers::raw(self, route, &call) {
+            Some(Ok(mut resp)) => {
+                resp.route = route.template();
+                if resp.job_id.is_none() {
+                    resp.job_id = id.as_deref().and_then(JobId::parse).map(|j| j.to_string());
+                }
+                return resp;
+            }
+            Some(Err(f)) => Err(f),
+            None if route == Route::WriteFile => super::handlers::files::write(self, &call, stream),
+            None => (route.handler())(self, &call),
+        };
+        let mut close = false;
+        let mut job_id = id.as_deref().and_then(JobId::parse).map(|j| j.to_string());
+        let mut resp = match reply {
+            Ok(Answer::Json(v)) => {
+                if route == Route::StartJob {
+                    job_id = v.get("id").and_then(Value::as_str).map(str::to_string);
+                }
+                json_response(200, &v)
+            }
+            Ok(Answer::Response(resp)) => {
+                close = resp.close;
+                resp
+            }
+            Err(f) => {
+                close = f.close;
+                if job_id.is_none() {
+                    job_id = f
+                        .extra
+                        .get("jobId")
+                        .and_then(Value::as_str)
+                        .map(str::to_string);
+                }
+                error_response(f)
+            }
+        };
+        resp.route = route.template();
+        resp.job_id = job_id;
+        resp.close = close;
+        resp
     }
 
     /// Authenticates, routes, checks scope and parses the query; `Err` is the answer when
@@ -369,60 +444,21 @@ impl Handler for App {
     }
 
     fn handle(&self, admitted: Admitted, req: Request) -> Response {
-        let Admitted {
-            route,
-            scoped,
-            id,
-            query,
-            ..
-        } = admitted;
-        let call = Call {
-            scoped,
-            head: &req.head,
-            body: &req.body,
-            query: &query,
-            id: id.as_deref(),
-        };
-        let reply = match super::handlers::raw(self, route, &call) {
-            Some(Ok(mut resp)) => {
-                resp.route = route.template();
-                if resp.job_id.is_none() {
-                    resp.job_id = id.as_deref().and_then(JobId::parse).map(|j| j.to_string());
-                }
-                return resp;
-            }
-            Some(Err(f)) => Err(f),
-            None => (route.handler())(self, &call),
-        };
-        let mut close = false;
-        let mut job_id = id.as_deref().and_then(JobId::parse).map(|j| j.to_string());
-        let mut resp = match reply {
-            Ok(Answer::Json(v)) => {
-                if route == Route::StartJob {
-                    job_id = v.get("id").and_then(Value::as_str).map(str::to_string);
-                }
-                json_response(200, &v)
-            }
-            Ok(Answer::Response(resp)) => {
-                close = resp.close;
-                resp
-            }
-            Err(f) => {
-                close = f.close;
-                if job_id.is_none() {
-                    job_id = f
-                        .extra
-                        .get("jobId")
-                        .and_then(Value::as_str)
-                        .map(str::to_string);
-                }
-                error_response(f)
-            }
-        };
-        resp.route = route.template();
-        resp.job_id = job_id;
-        resp.close = close;
-        resp
+        self.answer(admitted, &req.head, &req.body, &mut &req.body[..])
+    }
+
+    fn streamed_body(&self, head: &Head) -> Option<u64> {
+        (head.method == Route::WriteFile.method() && head.path == Route::WriteFile.template())
+            .then_some(self.max_file_bytes)
+    }
+
+    fn handle_stream(
+        &self,
+        admitted: Admitted,
+        head: &Head,
+        body: &mut super::http::BodyReader<'_>,
+    ) -> Response {
+        self.answer(admitted, head, &[], body)
     }
 
     fn fault(&self, fault: &Fault) -> Response {
@@ -533,6 +569,13 @@ mod tests {
             Route::Sandbox => (200, "\"bootId\":\"boot-a\""),
             Route::StartPreview => (400, "port is missing"),
             Route::ListPorts => (200, "\"ports\":["),
+            Route::FileStat
+            | Route::ListFiles
+            | Route::ReadFile
+            | Route::WriteFile
+            | Route::MakeDir
+            | Route::DeleteFile => (400, "path is missing"),
+            Route::MoveFile => (400, "from"),
             Route::Events => (200, "\"events\":[]"),
             Route::Metrics => (200, "gitterm_jobs_started_total 0"),
         }

@@ -66,6 +66,9 @@ pub struct ServeArgs {
     pub body_timeout: Seconds,
     #[command(flatten)]
     pub limits: crate::model::limits::LimitArgs,
+    /// Largest file `PUT /v1/files/content` writes (the body is streamed, never held)
+    #[arg(long, value_name = "BYTES", default_value = "4294967296")]
+    pub max_file_bytes: u64,
     /// Keep at most this many ended jobs (pruned at start and every 10 minutes)
     #[arg(long, value_name = "N", default_value = "1000")]
     pub keep_jobs: usize,
@@ -192,6 +195,10 @@ pub fn serve_main(args: ServeArgs) -> Result<i32> {
         listening["warning"] = warnings.join("; ").into();
     }
     log(listening);
+    let swept = handlers::files::sweep_at_start(&cfg);
+    if swept > 0 {
+        log(serde_json::json!({"event": "swept", "uploads": swept}));
+    }
     start_housekeeping(
         store.clone(),
         args.keep_jobs,
@@ -207,7 +214,8 @@ pub fn serve_main(args: ServeArgs) -> Result<i32> {
     let app = Arc::new(
         app::App::new(store, cfg, tokens, sandbox, Arc::clone(&hub))
             .with_max_waiting(max_waiting)
-            .with_allowed_origins(args.allowed_origins.clone()),
+            .with_allowed_origins(args.allowed_origins.clone())
+            .with_max_file_bytes(args.max_file_bytes),
     );
     let limits = http::Limits {
         max_body: args.max_body,

@@ -107,6 +107,21 @@ routes! {
     StartPreview = "POST" "/v1/previews", Full, [], handlers::previews::start;
     /// The listening TCP ports.
     ListPorts = "GET" "/v1/ports", Full, [], handlers::ports::list;
+    /// A file's or folder's stat (lstat), as the job user.
+    FileStat = "GET" "/v1/files/stat", Full, ["path"], handlers::files::stat;
+    /// A page of a folder's entries, names sorted.
+    ListFiles = "GET" "/v1/files/list", Full, ["path", "limit", "cursor"], handlers::files::list;
+    /// A file's bytes, streamed (`Range` gives 206).
+    ReadFile = "GET" "/v1/files/content", Full, ["path"], handlers::files::read;
+    /// Replace or create a file atomically with the streamed body.
+    WriteFile = "PUT" "/v1/files/content", Full, ["path", "mode", "createDirs", "overwrite"],
+        handlers::files::raw;
+    /// Create a folder.
+    MakeDir = "POST" "/v1/files/mkdir", Full, [], handlers::files::mkdir;
+    /// Rename a file or folder.
+    MoveFile = "POST" "/v1/files/move", Full, [], handlers::files::rename;
+    /// Remove a file or folder.
+    DeleteFile = "DELETE" "/v1/files", Full, ["path", "recursive"], handlers::files::delete;
     /// Job events after a cursor; long-polls, or streams them as Server-Sent Events.
     Events = "GET" "/v1/events", Full, ["after", "waitSeconds", "limit", "jobId"],
         handlers::events::get;
@@ -262,7 +277,9 @@ mod tests {
 
     /// The JSON body fields a route reads (`None`: it reads no body at all).
     fn body_fields(route: Route) -> Option<&'static [&'static str]> {
-        use crate::api::request::{ENV_FIELDS, PREVIEW_FIELDS, RESIZE_FIELDS, START_FIELDS};
+        use crate::api::request::{
+            ENV_FIELDS, MKDIR_FIELDS, MOVE_FIELDS, PREVIEW_FIELDS, RESIZE_FIELDS, START_FIELDS,
+        };
         match route {
             Route::StartJob => Some(START_FIELDS),
             Route::SetEnv => Some(ENV_FIELDS),
@@ -271,6 +288,13 @@ mod tests {
             Route::JobResize => Some(RESIZE_FIELDS),
             Route::JobStdin | Route::JobPty => None,
             Route::PtyTicket => Some(&[]),
+            Route::MakeDir => Some(MKDIR_FIELDS),
+            Route::MoveFile => Some(MOVE_FIELDS),
+            Route::FileStat
+            | Route::ListFiles
+            | Route::ReadFile
+            | Route::WriteFile
+            | Route::DeleteFile => None,
             Route::Health
             | Route::ListJobs
             | Route::GetJob

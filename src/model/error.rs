@@ -27,6 +27,8 @@ pub enum Error {
     Forbidden(String),
     /// The agent itself failed (I/O, spawn); the message says what and where.
     Internal(String),
+    /// The filesystem is full (or a quota is reached); nothing was changed.
+    NoSpace(String),
 }
 
 impl Error {
@@ -43,6 +45,7 @@ impl Error {
             Error::Auth(_) => "auth",
             Error::Forbidden(_) => "forbidden",
             Error::Internal(_) => "internal",
+            Error::NoSpace(_) => "no_space",
         }
     }
 
@@ -59,6 +62,7 @@ impl Error {
             Error::RateLimited(_) => 429,
             Error::Internal(_) => 500,
             Error::Timeout(_) => 504,
+            Error::NoSpace(_) => 507,
         }
     }
 
@@ -83,7 +87,8 @@ impl Error {
             | Error::Timeout(m)
             | Error::Auth(m)
             | Error::Forbidden(m)
-            | Error::Internal(m) => m,
+            | Error::Internal(m)
+            | Error::NoSpace(m) => m,
         }
     }
 

@@ -4,6 +4,7 @@
 #![allow(unsafe_code)]
 
 pub mod cgroup;
+pub mod files;
 pub mod forkserver;
 pub mod pidfd;
 pub mod poll;

@@ -4,6 +4,7 @@
 
 pub mod env;
 pub mod events;
+pub mod files;
 pub mod health;
 pub mod interactive;
 pub mod jobs;

@@ -56,7 +56,7 @@ pub fn framing(head: &Head, max_body: u64) -> Result<Framing, Fault> {
 
 fn too_large_body(max: u64) -> Fault {
     Fault::TooLarge(format!(
-        "the request body is over the limit of {max} bytes (--max-body)"
+        "the request body is over the limit of {max} bytes (--max-body; for a file upload, --max-file-bytes)"
     ))
 }
 
@@ -180,6 +180,148 @@ pub(super) fn read_body(
         }
     }
     Ok(body)
+}
+
+/// A request body read as it arrives, for a handler that streams it (see
+/// `Handler::handle_stream`): at most `max` bytes, each read within the body timeout of
+/// the previous one (the whole body may take longer: it is as big as it is). Errors carry
+/// their [`Fault`] (see `super::fault_of`).
+pub struct BodyReader<'a> {
+    r: &'a mut BufReader<Stream>,
+    framing: Framing,
+    /// Bytes left in the body (`Length`) or in the current chunk (`Chunked`).
+    left: u64,
+    /// A chunk was read, so its line end is due before the next size.
+    in_chunks: bool,
+    done: bool,
+    total: u64,
+    max: u64,
+    idle: Duration,
+    max_head: usize,
+}
+
+impl<'a> BodyReader<'a> {
+    pub(super) fn new(
+        r: &'a mut BufReader<Stream>,
+        framing: Framing,
+        limits: &Limits,
+        max: u64,
+    ) -> BodyReader<'a> {
+        BodyReader {
+            r,
+            framing,
+            left: match framing {
+                Framing::Length(n) => n,
+                _ => 0,
+            },
+            in_chunks: false,
+            done: framing == Framing::None,
+            total: 0,
+            max,
+            idle: limits.body_timeout,
+            max_head: limits.max_head,
+        }
+    }
+
+    /// True once the body was read to its end (so the connection may carry another request).
+    pub fn complete(&self) -> bool {
+        self.done
+    }
+
+    /// Reads and drops the rest of the body if at most `max` bytes of it are left to
+    /// come (as far as is known: a chunked body is read until `max` bytes were dropped).
+    pub(super) fn skip(&mut self, max: u64) {
+        if self.framing == Framing::Length(self.left + self.total) && self.left > max {
+            return;
+        }
+        let mut buf = [0u8; 8 << 10];
+        let mut dropped = 0u64;
+        while !self.done && dropped <= max {
+            match self.read_some(&mut buf) {
+                Ok(n) => dropped += n as u64,
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// The length the client announced, if it did.
+    pub fn announced(&self) -> Option<u64> {
+        match self.framing {
+            Framing::Length(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    fn timed(&mut self) -> Timed<'_> {
+        Timed {
+            r: self.r,
+            deadline: Instant::now() + self.idle,
+            what: self.idle,
+        }
+    }
+
+    fn next_chunk(&mut self) -> Result<(), Fault> {
+        let max = self.max;
+        let max_head = self.max_head;
+        let total = self.total;
+        let in_chunks = self.in_chunks;
+        let mut t = self.timed();
+        if in_chunks && !t.line(2)?.is_empty() {
+            return Err(Fault::Malformed("a chunk is longer than its size".into()));
+        }
+        let size = parse_chunk_size(&t.line(1024)?)?;
+        if size == 0 {
+            let mut trailer_bytes = 0;
+            loop {
+                let line = t.line(max_head)?;
+                if line.is_empty() {
+                    break;
+                }
+                trailer_bytes += line.len();
+                if trailer_bytes > max_head {
+                    return Err(Fault::TooLarge("the chunked trailers are too long".into()));
+                }
+            }
+            self.done = true;
+            return Ok(());
+        }
+        if total + size > max {
+            return Err(too_large_body(max));
+        }
+        self.left = size;
+        self.in_chunks = true;
+        Ok(())
+    }
+
+    fn read_some(&mut self, out: &mut [u8]) -> Result<usize, Fault> {
+        while !self.done && self.left == 0 {
+            match self.framing {
+                Framing::Chunked => self.next_chunk()?,
+                _ => self.done = true,
+            }
+        }
+        if self.done || out.is_empty() {
+            return Ok(0);
+        }
+        let want = out.len().min(self.left.min(usize::MAX as u64) as usize);
+        let mut t = self.timed();
+        let avail = t.fill()?;
+        let n = avail.len().min(want);
+        out[..n].copy_from_slice(&avail[..n]);
+        t.r.consume(n);
+        self.left -= n as u64;
+        self.total += n as u64;
+        if self.framing != Framing::Chunked && self.left == 0 {
+            self.done = true;
+        }
+        Ok(n)
+    }
+}
+
+impl io::Read for BodyReader<'_> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        self.read_some(out).map_err(io::Error::other)
+    }
 }
 
 /// Parses a chunk-size line: hex digits, then optional `;extensions`.

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::body::{Framing, framing, read_body};
+use super::body::{BodyReader, Framing, framing, read_body};
 use super::encode::{encode, write_response, write_streamed};
 use super::head::{Head, parse_head, read_head};
 use super::net::{Listener, Stream};
@@ -419,7 +419,8 @@ fn connection<H: Handler>(
                 return;
             }
         };
-        let framing = match framing(&head, limits.max_body) {
+        let streamed = handler.streamed_body(&head);
+        let framing = match framing(&head, streamed.unwrap_or(limits.max_body)) {
             Ok(f) => f,
             Err(fault) => {
                 let _ = respond_fault(&mut r, handler, Some(&head), fault, started, limits);
@@ -469,20 +470,36 @@ fn connection<H: Handler>(
                 Instant::now() + limits.write_timeout,
             );
         }
-        let body = match read_body(&mut r, framing, limits) {
-            Ok(b) => b,
-            Err(fault) => {
-                let _ = respond_fault(&mut r, handler, Some(&head), fault, started, limits);
-                return;
+        let mut unread = false;
+        let answered = if let Some(max) = streamed {
+            let mut body = BodyReader::new(&mut r, framing, limits, max);
+            let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                handler.handle_stream(admitted, &head, &mut body)
+            }));
+            // A small body the handler did not read (it refused the request) is skipped,
+            // so that the connection can stay open.
+            if answered.as_ref().is_ok_and(|r| !r.close) {
+                body.skip(SKIPPABLE_BODY);
             }
+            unread = !body.complete();
+            answered
+        } else {
+            let body = match read_body(&mut r, framing, limits) {
+                Ok(b) => b,
+                Err(fault) => {
+                    let _ = respond_fault(&mut r, handler, Some(&head), fault, started, limits);
+                    return;
+                }
+            };
+            let req = Request {
+                head: head.clone(),
+                body,
+            };
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                handler.handle(admitted, req)
+            }))
         };
-        let req = Request {
-            head: head.clone(),
-            body,
-        };
-        let mut resp = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            handler.handle(admitted, req)
-        })) {
+        let mut resp = match answered {
             Ok(resp) => resp,
             Err(_) => {
                 let mut resp = handler.fault(&Fault::Panic);
@@ -506,13 +523,13 @@ fn connection<H: Handler>(
             }
             return;
         }
-        let close = close || resp.close || state.stopping.load(Ordering::SeqCst);
+        let close = close || unread || resp.close || state.stopping.load(Ordering::SeqCst);
         let out = Out {
             handler,
             limits,
             started,
         };
-        if !out.finish(&mut r, &head, resp, close, false)
+        if !out.finish(&mut r, &head, resp, close, unread)
             || !state.table().set(listed.id, Phase::Idle)
         {
             return;

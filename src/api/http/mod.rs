@@ -24,7 +24,7 @@ mod net;
 use std::fs::File;
 use std::time::Duration;
 
-pub use body::{Framing, framing, parse_chunk_size};
+pub use body::{BodyReader, Framing, framing, parse_chunk_size};
 pub use conn::{Limits, State, run};
 pub use encode::{BodyOut, encode, reason};
 pub use head::{Head, parse_head};
@@ -178,6 +178,24 @@ pub enum Fault {
     Panic,
 }
 
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fault::Malformed(m) | Fault::TooLarge(m) | Fault::TooSlow(m) | Fault::Busy(m) => {
+                f.write_str(m)
+            }
+            Fault::Panic => f.write_str("the handler panicked"),
+        }
+    }
+}
+
+impl std::error::Error for Fault {}
+
+/// The HTTP-level fault behind an error of a [`BodyReader`], if it is one.
+pub fn fault_of(e: &std::io::Error) -> Option<&Fault> {
+    e.get_ref().and_then(|i| i.downcast_ref::<Fault>())
+}
+
 /// The routing side of the server.
 pub trait Handler: Send + Sync + 'static {
     /// What [`Handler::check`] found out about a request (its route, say), handed on to
@@ -194,6 +212,24 @@ pub trait Handler: Send + Sync + 'static {
     fn handle(&self, admitted: Self::Admitted, req: Request) -> Response;
     /// Renders an HTTP-level fault.
     fn fault(&self, fault: &Fault) -> Response;
+    /// `Some(max)` if the handler reads this request's body itself, as it arrives, in
+    /// [`Handler::handle_stream`] (up to `max` bytes instead of the server's `max_body`).
+    fn streamed_body(&self, _head: &Head) -> Option<u64> {
+        None
+    }
+    /// Answers an admitted request whose body [`Handler::streamed_body`] asked to stream.
+    /// The connection closes after the answer unless the body was read to its end.
+    fn handle_stream(
+        &self,
+        admitted: Self::Admitted,
+        head: &Head,
+        body: &mut BodyReader<'_>,
+    ) -> Response {
+        let mut b = Vec::new();
+        let _ = std::io::Read::read_to_end(body, &mut b);
+        let head = head.clone();
+        self.handle(admitted, Request { head, body: b })
+    }
     /// Called after each response was written (or failed to be), for the request log.
     fn done(&self, head: Option<&Head>, resp: &Response, elapsed: Duration);
 }
