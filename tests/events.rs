@@ -341,8 +341,11 @@ fn metrics_parse_and_count_what_ran() {
             .unwrap_or(0.0)
     };
     let before = scrape(&mut c);
-    for cmd in ["true", "true", "exit 2"] {
-        c.post("/v1/jobs", &json!({"command": cmd}));
+    for cmd in ["true", "echo \"$S and $S\"", "exit 2"] {
+        c.post(
+            "/v1/jobs",
+            &json!({"command": cmd, "secretEnv": {"S": "metric-secret-4711"}}),
+        );
     }
     let after = eventually(Duration::from_secs(10), "the counters", || {
         let t = scrape(&mut c);
@@ -352,6 +355,8 @@ fn metrics_parse_and_count_what_ran() {
     assert_eq!(d("gitterm_jobs_started_total"), 3.0);
     assert_eq!(d("gitterm_jobs_ended_total{status=\"succeeded\"}"), 2.0);
     assert_eq!(d("gitterm_jobs_ended_total{status=\"failed\"}"), 1.0);
+    // "[redacted] and [redacted]": two occurrences, apart.
+    assert_eq!(d("gitterm_redactions_total"), 2.0);
     assert_eq!(
         d("gitterm_http_requests_total{route=\"/v1/jobs\",code=\"200\"}"),
         3.0

@@ -31,6 +31,8 @@ pub struct JobCounts {
     pub ended: BTreeMap<String, u64>,
     /// Output bytes stored by the jobs that ended.
     pub output_bytes: u64,
+    /// Secret occurrences masked in the output of the jobs that ended.
+    pub redactions: u64,
 }
 
 /// Requests of one route: by status code, and their durations.
@@ -129,6 +131,7 @@ impl Feed {
                     _ => {
                         *inner.jobs.ended.entry(e.event.status.clone()).or_default() += 1;
                         inner.jobs.output_bytes += e.event.output_bytes.unwrap_or(0);
+                        inner.jobs.redactions += e.event.redactions.unwrap_or(0);
                     }
                 }
             }

@@ -353,6 +353,7 @@ fn create_and_spawn(
         grace_seconds: Some(cfg.grace_seconds),
         user: user.as_ref().map(|u| u.name.clone()),
         uid: user.as_ref().map(|u| u.uid),
+        redactions: None,
         cgroup: None,
         extra: Default::default(),
     };

@@ -120,6 +120,10 @@ pub struct JobRecord {
     /// The job's cgroup folder, where it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<String>,
+    /// How many secret occurrences were masked in the job's output (merged where they
+    /// touch), once it has ended; absent when none were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redactions: Option<u64>,
     /// The user the job runs as, where it is not the agent's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,

@@ -53,6 +53,9 @@ pub struct Event {
     /// Bytes of output stored, once the job has ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_bytes: Option<u64>,
+    /// Secret occurrences masked in its output, once the job has ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redactions: Option<u64>,
 }
 
 impl Event {
@@ -70,6 +73,7 @@ impl Event {
                 _ => crate::text::timefmt::now(),
             },
             output_bytes: ended.then_some(rec.output_bytes),
+            redactions: rec.redactions.filter(|_| ended),
         }
     }
 }
@@ -388,6 +392,7 @@ mod tests {
             signal: None,
             at: "2026-01-01T00:00:00Z".into(),
             output_bytes: Some(3),
+            redactions: None,
         }
     }
 

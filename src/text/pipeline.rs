@@ -41,6 +41,11 @@ impl Pipeline {
         self.redactor.end(out, from, false);
     }
 
+    /// How many secret occurrences (merged where they touch) were masked so far.
+    pub fn redactions(&self) -> u64 {
+        self.redactor.masked()
+    }
+
     /// Ends the stream, appending everything still held.
     pub fn finish(&mut self, out: &mut Vec<u8>) {
         let from = self.redactor.begin(out);

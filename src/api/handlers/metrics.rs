@@ -86,6 +86,13 @@ pub fn text(app: &App) -> std::result::Result<Response, Failure> {
     let _ = writeln!(out, "gitterm_job_output_bytes_total {}", jobs.output_bytes);
     family(
         &mut out,
+        "gitterm_redactions_total",
+        "counter",
+        "Secret occurrences masked in the output of the jobs that ended.",
+    );
+    let _ = writeln!(out, "gitterm_redactions_total {}", jobs.redactions);
+    family(
+        &mut out,
         "gitterm_http_requests_total",
         "counter",
         "HTTP requests answered, by route template and status code.",

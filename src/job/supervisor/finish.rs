@@ -69,6 +69,7 @@ impl Supervisor {
         }
         rec.reason = (!reasons.is_empty()).then(|| reasons.join("; "));
         rec.output_bytes = written;
+        rec.redactions = Some(self.pipeline.redactions()).filter(|&n| n > 0);
         rec.ended_at = Some(crate::text::timefmt::now());
         // Whoever sees the job ended finds no control socket either.
         if let Some(c) = &self.control {

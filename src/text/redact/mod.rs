@@ -162,9 +162,16 @@ pub struct Redactor {
     found: Vec<(usize, usize)>,
     walk: Walk,
     scratch: Vec<u8>,
+    /// `[redacted]` markers written so far (each one merged region of occurrences).
+    masked: u64,
 }
 
 impl Redactor {
+    /// How many `[redacted]` markers the stream has had so far.
+    pub fn masked(&self) -> u64 {
+        self.masked
+    }
+
     /// A redactor for these secret values.
     pub fn new(secrets: &[&[u8]]) -> Self {
         let mut patterns: Vec<(Vec<u8>, bool)> = Vec::new();
@@ -189,6 +196,7 @@ impl Redactor {
             found: Vec::new(),
             walk: Walk::default(),
             scratch: Vec::new(),
+            masked: 0,
         }
     }
 
@@ -224,7 +232,7 @@ impl Redactor {
             return s.to_string();
         }
         let mut out = Vec::with_capacity(hay.len());
-        emit(hay, hay.len(), 0, &mut None, &mut found, &mut out);
+        let _ = emit(hay, hay.len(), 0, &mut None, &mut found, &mut out);
         match String::from_utf8(out) {
             Ok(s) => s,
             // Only a value that is not itself UTF-8 can cut a character.
@@ -274,7 +282,7 @@ impl Redactor {
             self.scratch.clear();
             self.scratch.extend_from_slice(&out[from..]);
             out.truncate(from);
-            emit(
+            self.masked += emit(
                 &self.scratch,
                 boundary,
                 self.pos,
@@ -302,7 +310,8 @@ fn emit(
     region_end: &mut Option<u64>,
     found: &mut [(usize, usize)],
     out: &mut Vec<u8>,
-) {
+) -> u64 {
+    let mut markers = 0;
     let rel = |abs: u64| usize::try_from(abs.saturating_sub(pos)).unwrap_or(usize::MAX);
     found.sort_unstable();
     let mut next = region_end.map_or(0, rel);
@@ -313,6 +322,7 @@ fn emit(
             _ => {
                 out.extend_from_slice(&hay[next..start]);
                 out.extend_from_slice(MARKER);
+                markers += 1;
                 *region_end = Some(abs_end);
             }
         }
@@ -321,6 +331,7 @@ fn emit(
     if next < boundary {
         out.extend_from_slice(&hay[next..boundary]);
     }
+    markers
 }
 
 /// Finds every occurrence of every pattern (see the module doc).
