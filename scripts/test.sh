@@ -5,6 +5,11 @@
 # the binary's path is taken from cargo's own report of what it built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The contract's shared corpus, where it sits beside the repository, is checked too.
+if [ -d ../shared/corpus ] && [ -z "${GITTERM_EXTRA_CORPUS:-}" ]; then
+    GITTERM_EXTRA_CORPUS=$(cd ../shared/corpus && pwd)
+    export GITTERM_EXTRA_CORPUS
+fi
 cargo test --locked --all-targets "$@"
 bin=$(
     cargo build --locked --message-format=json-render-diagnostics |

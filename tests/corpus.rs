@@ -1,8 +1,9 @@
 //! Real terminal recordings (`*.raw`) must be stored exactly as `*.expected`, however the
 //! bytes are split into reads.
 //!
-//! The recordings are the project's own, in `tests/data/corpus`; where the shared corpus of
-//! the contract sits beside the repository (`../shared/corpus`), it is checked as well.
+//! The recordings are the project's own, in `tests/data/corpus`; a further corpus named by
+//! `GITTERM_EXTRA_CORPUS` (the test command sets it to the contract's shared corpus where
+//! that sits beside the repository) is checked as well.
 
 use gitterm_agent::text::pipeline::Pipeline;
 use gitterm_agent::text::sanitize::Sanitizer;
@@ -11,8 +12,8 @@ use std::path::{Path, PathBuf};
 /// The project's own recordings; always there.
 const OWN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/corpus");
 
-/// The contract's shared corpus, beside the repository where it is checked out with it.
-const SHARED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/corpus");
+/// Names a further corpus folder to check (set by `scripts/test.sh` where one exists).
+const EXTRA: &str = "GITTERM_EXTRA_CORPUS";
 
 /// Every `(name, raw, expected)` of one corpus folder (at least one).
 fn read_corpus(dir: &Path) -> Vec<(String, Vec<u8>, Vec<u8>)> {
@@ -40,15 +41,9 @@ fn read_corpus(dir: &Path) -> Vec<(String, Vec<u8>, Vec<u8>)> {
 /// Every recording: the project's own, and the shared corpus where it exists.
 fn corpus() -> Vec<(String, Vec<u8>, Vec<u8>)> {
     let mut all = read_corpus(Path::new(OWN));
-    let shared = Path::new(SHARED);
-    if shared.is_dir() {
-        all.extend(read_corpus(shared));
-    } else {
-        eprintln!(
-            "note: no shared corpus at {}; checked {} only",
-            shared.display(),
-            OWN
-        );
+    match std::env::var_os(EXTRA).filter(|d| !d.is_empty()) {
+        Some(extra) => all.extend(read_corpus(Path::new(&extra))),
+        None => eprintln!("note: no {EXTRA} set; checked {OWN} only"),
     }
     all
 }
