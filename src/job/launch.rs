@@ -262,7 +262,7 @@ pub fn start_watched(
                     let _ = fs::remove_dir_all(&dir);
                 }
             }
-            let _ = fs::remove_dir_all(staging_dir(store, &id));
+            let _ = fs::remove_dir_all(store.staging_dir(&id));
             let _ = fs::remove_file(store.running_marker(&id));
             Err(e)
         }
@@ -285,7 +285,7 @@ fn create_and_spawn(
     } = resolved;
     // Built under a hidden name and renamed into place whole, so a job folder never
     // exists without its record, even if this process dies half-way.
-    let dir = staging_dir(store, id);
+    let dir = store.staging_dir(id);
     let io = |what: &str| {
         let what = format!("creating job {id}: {what}");
         move |e| Error::io(what, e)
@@ -382,11 +382,6 @@ fn create_and_spawn(
     drop(lock);
     // Settles the job at once if its supervisor already died (the lock is free now).
     Ok((settle::load(store, id)?, events))
-}
-
-/// Where a job's folder is assembled before it is renamed into place.
-pub fn staging_dir(store: &Store, id: &JobId) -> std::path::PathBuf {
-    store.jobs_dir().join(format!(".new-{id}"))
 }
 
 /// The fork server `serve` starts before its first thread (see [`use_fork_server`]).

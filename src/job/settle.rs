@@ -242,7 +242,7 @@ pub fn prune(store: &Store, keep_jobs: usize, keep_for: Duration) -> Vec<String>
             }
         }
     }
-    // Folders of starts that died half-way (see launch::staging_dir) hold nothing
+    // Folders of starts that died half-way (see `Store::staging_dir`) hold nothing
     // anyone can read; clear them once they are clearly abandoned.
     if let Ok(dir) = fs::read_dir(store.jobs_dir()) {
         for e in dir.flatten() {
@@ -251,9 +251,12 @@ pub fn prune(store: &Store, keep_jobs: usize, keep_for: Duration) -> Vec<String>
                 .and_then(|m| m.modified())
                 .ok()
                 .and_then(|t| now.duration_since(t).ok());
-            if e.file_name().to_string_lossy().starts_with(".new-job_")
-                && stale.is_some_and(|a| a > Duration::from_secs(3600))
-            {
+            let staged = e
+                .file_name()
+                .to_str()
+                .and_then(|n| n.strip_prefix(STAGING_PREFIX))
+                .is_some_and(|id| id.starts_with("job_"));
+            if staged && stale.is_some_and(|a| a > Duration::from_secs(3600)) {
                 let _ = fs::remove_dir_all(e.path());
             }
         }

@@ -73,6 +73,11 @@ impl Store {
         self.jobs_dir().join(id.as_str())
     }
 
+    /// Where job `id`'s folder is assembled before it is renamed into place whole.
+    pub fn staging_dir(&self, id: &JobId) -> PathBuf {
+        self.jobs_dir().join(format!("{STAGING_PREFIX}{id}"))
+    }
+
     /// `<root>/running`: one empty marker per running job.
     pub fn running_dir(&self) -> PathBuf {
         self.root.join(RUNNING_DIR)
