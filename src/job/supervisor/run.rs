@@ -3,7 +3,7 @@
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::poll::{PollFd, PollFlags, poll};
 use nix::sys::signal::Signal;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
@@ -69,9 +69,10 @@ impl Supervisor {
             if self.pipe.is_none() && ending.is_none() {
                 wake = wake.min(now + Duration::from_millis(500));
             }
-            let ms = wake.saturating_duration_since(now).as_millis().min(60_000) as i32;
-            let timeout = PollTimeout::try_from(ms.max(if wake > now { 1 } else { 0 }))
-                .unwrap_or(PollTimeout::MAX);
+            let timeout = crate::os::poll::poll_timeout(
+                wake.saturating_duration_since(now)
+                    .min(Duration::from_secs(60)),
+            );
 
             let slept_from = Instant::now();
             let (pipe_ready, sig_ready, control_events) = {
