@@ -46,26 +46,16 @@ impl Ready {
         out.flush()
     }
 
-    /// Reads the answer byte by byte (what follows the line belongs to the change
-    /// channel). A channel that closes first is an error without a word.
-    pub fn receive(input: &mut impl Read) -> Ready {
-        let mut line = Vec::new();
-        let mut b = [0u8];
-        while line.len() < MAX_LINE && matches!(input.read(&mut b), Ok(1)) && b[0] != b'\n' {
-            line.push(b[0]);
-        }
-        Self::from_line(&line)
-    }
-
     /// Tells the launcher the detached supervisor's pid.
     pub fn send_pid(out: &mut impl Write, pid: u32) -> io::Result<()> {
         writeln!(out, "pid {pid}")?;
         out.flush()
     }
 
-    /// [`Ready::receive`] that gives up at `deadline`, calling `waiting` with the
-    /// supervisor's pid (once it named itself) every [`NUDGE_EVERY`] meanwhile, to
-    /// continue a supervisor that something stopped.
+    /// Reads the answer byte by byte (what follows the line belongs to the change
+    /// channel); a channel that closes first is an error without a word. Gives up at
+    /// `deadline`, calling `waiting` with the supervisor's pid (once it named itself)
+    /// every [`NUDGE_EVERY`] meanwhile, to continue a supervisor that something stopped.
     pub fn receive_within<R: Read + AsFd>(
         input: &mut R,
         deadline: std::time::Instant,
@@ -171,14 +161,23 @@ impl JobEvents {
 mod tests {
     use super::*;
 
+    /// What a launcher reads from a pipe holding `bytes`, then closed.
+    fn received(bytes: &[u8]) -> Ready {
+        let (mut r, mut w) = std::io::pipe().unwrap();
+        w.write_all(bytes).unwrap();
+        drop(w);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        Ready::receive_within(&mut r, deadline, &mut |_| {})
+    }
+
     #[test]
     fn ready_lines_round_trip() {
         for r in [Ready::Ok, Ready::Err("cwd /x: gone\nreally".into())] {
-            let mut buf = Vec::new();
+            let mut buf = b"pid 42\n".to_vec();
             r.send(&mut buf).unwrap();
-            assert_eq!(buf.iter().filter(|&&b| b == b'\n').count(), 1);
+            assert_eq!(buf.iter().filter(|&&b| b == b'\n').count(), 2);
             buf.extend_from_slice(b"trailing channel bytes");
-            let got = Ready::receive(&mut buf.as_slice());
+            let got = received(&buf);
             match (&r, &got) {
                 (Ready::Ok, Ready::Ok) => {}
                 (Ready::Err(_), Ready::Err(m)) => assert_eq!(m, "cwd /x: gone really"),
@@ -186,7 +185,7 @@ mod tests {
             }
         }
         assert_eq!(
-            Ready::receive(&mut &b""[..]),
+            received(b""),
             Ready::Err("the supervisor exited without a word".into())
         );
     }
