@@ -282,6 +282,16 @@ fn open_dir(at: BorrowedFd<'_>, path: &[u8], links: &mut usize) -> io::Result<Ow
 
 /// [`open_dir`] without openat2: each component opened with `O_NOFOLLOW`, symlinks read
 /// and spliced in by hand, those on procfs refused.
+/// The root folder, opened as every folder of a walk is.
+fn open_root() -> io::Result<OwnedFd> {
+    Ok(openat(
+        AT_FDCWD,
+        "/",
+        OFlag::from_bits_truncate(DIR_FLAGS),
+        Mode::empty(),
+    )?)
+}
+
 fn walk_dir(at: BorrowedFd<'_>, path: &[u8], links: &mut usize) -> io::Result<OwnedFd> {
     let mut cur = at.try_clone_to_owned()?;
     let mut todo: Vec<Vec<u8>> = Vec::new();
@@ -291,12 +301,7 @@ fn walk_dir(at: BorrowedFd<'_>, path: &[u8], links: &mut usize) -> io::Result<Ow
         }
     };
     if path.starts_with(b"/") {
-        cur = openat(
-            AT_FDCWD,
-            "/",
-            OFlag::from_bits_truncate(DIR_FLAGS),
-            Mode::empty(),
-        )?;
+        cur = open_root()?;
     }
     push(&mut todo, path);
     while let Some(c) = todo.pop() {
@@ -313,12 +318,7 @@ fn walk_dir(at: BorrowedFd<'_>, path: &[u8], links: &mut usize) -> io::Result<Ow
             let target = readlinkat(&cur, name.as_c_str())?;
             let t = target.as_bytes();
             if t.starts_with(b"/") {
-                cur = openat(
-                    AT_FDCWD,
-                    "/",
-                    OFlag::from_bits_truncate(DIR_FLAGS),
-                    Mode::empty(),
-                )?;
+                cur = open_root()?;
             }
             push(&mut todo, t);
             continue;
@@ -359,21 +359,11 @@ fn split_last(path: &[u8]) -> Option<(&[u8], &[u8])> {
 /// the operation moves or removes the object).
 pub fn resolve(guard: &Guard, path: &[u8], follow: bool, changes: bool) -> io::Result<Place> {
     let mut links = 0;
-    let mut at = openat(
-        AT_FDCWD,
-        "/",
-        OFlag::from_bits_truncate(DIR_FLAGS),
-        Mode::empty(),
-    )?;
+    let mut at = open_root()?;
     let mut path = path.to_vec();
     loop {
         let Some((parent, last)) = split_last(&path) else {
-            let dir = openat(
-                AT_FDCWD,
-                "/",
-                OFlag::from_bits_truncate(DIR_FLAGS),
-                Mode::empty(),
-            )?;
+            let dir = open_root()?;
             let st = fstat(&dir)?;
             guard.check(dir.as_fd(), Some(&st), changes)?;
             return Ok(Place {
