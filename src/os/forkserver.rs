@@ -39,12 +39,12 @@ pub fn fork_entry(
 ) -> io::Result<(i32, File)> {
     let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let null = File::options().read(true).write(true).open("/dev/null")?;
-    let srcs = [
-        stdin.map_or(null.as_raw_fd(), |s| s.as_raw_fd()),
-        w.as_raw_fd(),
-        null.as_raw_fd(),
-        lock.as_raw_fd(),
-        spec.as_raw_fd(),
+    let fds = [
+        (stdin.map_or(null.as_raw_fd(), |s| s.as_raw_fd()), 0),
+        (w.as_raw_fd(), 1),
+        (null.as_raw_fd(), 2),
+        (lock.as_raw_fd(), LOCK),
+        (spec.as_raw_fd(), SPEC),
     ];
     // Nothing buffered may be written twice, by the child too.
     let _ = io::Write::flush(&mut io::stdout());
@@ -55,15 +55,8 @@ pub fn fork_entry(
         0 => unsafe {
             // SAFETY (the whole block): fd juggling on fds we own in this new process,
             // then the entry; never returns.
-            let mut high = [0; 5];
-            for (i, &s) in srcs.iter().enumerate() {
-                // Copies above every target first, so that no source is clobbered.
-                high[i] = libc::fcntl(s, libc::F_DUPFD, 10);
-            }
-            for (target, &h) in [0, 1, 2, LOCK, SPEC].iter().zip(high.iter()) {
-                if h < 0 || libc::dup2(h, *target) < 0 {
-                    libc::_exit(1);
-                }
+            if super::spawn::place_fds(&fds).is_err() {
+                libc::_exit(1);
             }
             // Its own session: a terminal's Ctrl-C or hangup never reaches it.
             libc::setsid();

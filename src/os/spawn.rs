@@ -10,26 +10,35 @@ use std::process::Command;
 
 use nix::fcntl::{FcntlArg, FdFlag, OFlag, fcntl};
 
+/// Places each `(fd, target)` pair's fd on its target (inherited across an exec), going
+/// through copies above every target first so that no source is clobbered. Only
+/// async-signal-safe calls: it runs between fork and exec.
+pub fn place_fds<const N: usize>(pairs: &[(RawFd, RawFd); N]) -> io::Result<()> {
+    let mut high = [0; N];
+    for (i, (fd, _)) in pairs.iter().enumerate() {
+        // SAFETY: fcntl on an fd number; a closed one fails with EBADF.
+        high[i] = unsafe { libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 10) };
+        if high[i] < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    for (i, (_, target)) in pairs.iter().enumerate() {
+        // SAFETY: dup2 between fd numbers; the copies above are ours.
+        if unsafe { libc::dup2(high[i], *target) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// Makes `cmd` start the supervisor: each `(fd, target)` becomes `target` (inherited
 /// across exec) and the child gets its own session, so a terminal's Ctrl-C or hangup
 /// never reaches it.
 pub fn as_supervisor(cmd: &mut Command, fds: [(RawFd, RawFd); 2]) {
-    // SAFETY: fcntl, dup2 and setsid are async-signal-safe and touch no Rust state.
+    // SAFETY: place_fds and setsid are async-signal-safe and touch no Rust state.
     unsafe {
         cmd.pre_exec(move || {
-            // Copies above every target first, so that no source is clobbered.
-            let mut high = [0; 2];
-            for (i, (fd, _)) in fds.iter().enumerate() {
-                high[i] = libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 10);
-                if high[i] < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            }
-            for (i, (_, target)) in fds.iter().enumerate() {
-                if libc::dup2(high[i], *target) < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            }
+            place_fds(&fds)?;
             libc::setsid();
             Ok(())
         });
