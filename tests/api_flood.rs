@@ -3,54 +3,33 @@
 //! must not shut out a health check or an authenticated client, nor make the server hold
 //! memory without bound.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
+
+use crate::util;
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-/// A `serve` on an ephemeral port with its own state root; killed on drop (after its
-/// running jobs are cancelled).
+/// The harness's `serve` (its sandbox's guard ends the jobs and checks nothing is left),
+/// with the raw one-connection-per-request calls these floods need.
 struct Server {
-    child: Child,
+    srv: util::Server,
     addr: String,
     token: String,
-    root: PathBuf,
-    _dir: tempfile::TempDir,
 }
 
 impl Server {
     /// Starts a server with `flags`, after `prepare` has filled its state root.
     fn start_with(flags: &[&str], prepare: impl FnOnce(&Path)) -> Server {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("root");
-        prepare(&root);
-        let mut child = Command::new(env!("CARGO_BIN_EXE_gitterm-agent"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--grace", "1"])
-            .args(flags)
-            .env("GITTERM_HOME", &root)
-            .env("HOME", dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start serve");
-        // The first log line names the address; the rest is drained so the server never
-        // blocks on a full pipe.
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let first = lines.next().and_then(|l| l.ok()).unwrap_or_default();
-        std::thread::spawn(move || lines.for_each(drop));
-        let v: Value = serde_json::from_str(&first).unwrap_or_else(|_| panic!("{first}"));
-        let addr = v["address"].as_str().expect("an address").to_string();
-        let token = std::fs::read_to_string(root.join("agent.token")).unwrap();
+        let sb = util::Sandbox::new();
+        prepare(sb.home());
+        let srv = util::Server::start_in(std::sync::Arc::new(sb), "127.0.0.1:0", flags);
         Server {
-            child,
-            addr,
-            token: token.trim().to_string(),
-            root,
-            _dir: dir,
+            addr: srv.addr.clone(),
+            token: srv.token.clone(),
+            srv,
         }
     }
 
@@ -118,15 +97,15 @@ impl Server {
 
     /// Threads of the server: one a connection, plus a few of its own.
     fn threads(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/task", self.child.id()))
+        std::fs::read_dir(format!("/proc/{}/task", self.srv.pid()))
             .map(|d| d.count())
             .unwrap_or(0)
     }
 
     /// The server's resident memory, in bytes.
     fn rss(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.srv.pid())).unwrap_or_default();
         status
             .lines()
             .find_map(|l| l.strip_prefix("VmRSS:"))
@@ -140,24 +119,6 @@ impl Server {
         while self.threads() < n && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Ok(dir) = std::fs::read_dir(self.root.join("jobs")) {
-            for e in dir.flatten() {
-                let _ = Command::new(env!("CARGO_BIN_EXE_gitterm-agent"))
-                    .arg("cancel")
-                    .arg(e.file_name())
-                    .env("GITTERM_HOME", &self.root)
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status();
-            }
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
