@@ -144,7 +144,7 @@ def run_one(cl, kind, i, secrets_seen):
         # Tampering: hold the job's lock and kill the supervisor. Readers must not block,
         # and the job must end up lost, its processes swept.
         st, r = cl.call("POST", "/v1/jobs", {
-            "command": "L=$GITTERM_HOME/jobs/$GITTERM_JOB_ID/lock; "
+            "command": "L=$GITTERM_HOME/jobs/$GITTERM_JOB_ID; "
                        "(setsid sh -c 'sleep 0.3; exec flock -n \"$0\" sleep 3' \"$L\" &); "
                        "sleep 0.1; kill -9 $PPID; sleep 5",
             "waitSeconds": 60})

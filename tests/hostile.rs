@@ -248,7 +248,7 @@ fn a_job_user_cannot_read_the_agents_files_take_its_lock_or_leave_its_cgroup() {
         ),
         (
             "lock",
-            format!("flock -n '{root}/jobs/'$GITTERM_JOB_ID/lock true"),
+            format!("flock -n '{root}/jobs/'$GITTERM_JOB_ID true"),
         ),
     ] {
         script.push_str(&format!("try {name} \"{cmd}\"\n"));
@@ -613,14 +613,14 @@ fn serve_ends_a_job_whose_stopped_supervisor_nobody_reads() {
 // 3. A job that takes its own lock and kills its supervisor.
 // ---------------------------------------------------------------------------------------
 
-/// A job whose process takes the job's lock (flock on its `lock` file) once it has
+/// A job whose process takes the job's lock (flock on its folder) once it has
 /// killed the supervisor: returns the job's record and the lock holder's pid.
 fn start_lock_thief(sb: &Sandbox) -> (Value, i32) {
     let v = sb.start(&[
         "--grace",
         "1",
         "--",
-        "L=$GITTERM_HOME/jobs/$GITTERM_JOB_ID/lock; \
+        "L=$GITTERM_HOME/jobs/$GITTERM_JOB_ID; \
          (sleep 0.6; flock -n \"$L\" sh -c 'echo $$ > locked; exec sleep 100') & \
          sleep 0.3; kill -9 $PPID; sleep 100",
     ]);

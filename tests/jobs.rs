@@ -592,7 +592,7 @@ fn lost_job_leaves_only_its_record_and_output() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    assert_eq!(names, ["job.json", "lock", "output.log"]);
+    assert_eq!(names, ["job.json", "output.log"]);
 }
 
 #[test]
@@ -705,7 +705,7 @@ fn records_on_disk() {
     assert_eq!(files_holding(&dir, secret), Vec::<String>::new());
     for n in &names {
         assert!(
-            ["job.json", "output.log", "lock"].contains(&n.as_str()),
+            ["job.json", "output.log"].contains(&n.as_str()),
             "unexpected file {n} left in {names:?}"
         );
     }

@@ -283,8 +283,9 @@ fn create_and_spawn(
         idle,
         user,
     } = resolved;
-    // Built under a hidden name and renamed into place whole, so a job folder never
-    // exists without its record, even if this process dies half-way.
+    // Built under a hidden name and renamed into place whole (by the supervisor, once the
+    // shell runs and the record names it), so a job folder never exists without its
+    // record, even if this process dies half-way.
     let dir = store.staging_dir(id);
     let io = |what: &str| {
         let what = format!("creating job {id}: {what}");
@@ -294,14 +295,22 @@ fn create_and_spawn(
         .mode(0o700)
         .create(&dir)
         .map_err(io("folder"))?;
-    let lock = OpenOptions::new()
-        .read(true)
+    // The folder is the job's lock (no lock file: every file a start makes costs an
+    // inode); it keeps its inode, so its lock, across the rename.
+    let lock = fs::File::open(&dir).map_err(io("lock"))?;
+    lock.lock().map_err(io("lock"))?;
+    // Made here so the running marker can be a second name for it, which costs no inode.
+    OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .open(dir.join(crate::state::layout::LOCK))
-        .map_err(io("lock"))?;
-    lock.lock().map_err(io("lock"))?;
+        .open(dir.join(crate::state::layout::OUTPUT))
+        .map_err(io("output.log"))?;
+    fs::hard_link(
+        dir.join(crate::state::layout::OUTPUT),
+        store.running_marker(id),
+    )
+    .map_err(io("running marker"))?;
 
     let values: Vec<&[u8]> = req
         .secrets
@@ -311,27 +320,11 @@ fn create_and_spawn(
     let masked = Redactor::new(&values).redact_str(&req.command);
     let mut env = persisted_env.clone();
     env.extend(req.env.iter().map(|(k, v)| (k.clone(), v.clone())));
-    // The spec may hold only the masked command: the real one, when it spells out a secret
-    // value, lives in the job's secrets file, the one file allowed to hold values.
-    let spec = Spec {
-        command: req.command.clone(),
-        secrets: crate::model::secret::serialize(&req.secrets),
-        cwd: cwd.clone(),
-        env,
-        timeout_seconds: timeout,
-        idle_timeout_seconds: idle,
-        grace_seconds: cfg.grace_seconds,
-        max_output_bytes: cfg.max_output_bytes,
-        has_stdin: req.stdin.is_some(),
-        user: user.clone(),
-        interactive: req.interactive || req.pty.is_some(),
-        pty: req.pty,
-    };
-    let rec = JobRecord {
+    let record = JobRecord {
         format_version: FORMAT_VERSION,
         id: id.clone(),
         command: masked,
-        cwd,
+        cwd: cwd.clone(),
         status: Status::Running,
         exit_code: None,
         signal: None,
@@ -357,16 +350,23 @@ fn create_and_spawn(
         cgroup: None,
         extra: Default::default(),
     };
-    // Not fsynced (nor is the folder's rename): a crash of any process loses nothing, and
-    // a job's start records are not worth a disk flush each on the caller's path. After a
-    // kernel crash or power loss a job started in the last seconds may be missing, or
-    // read as corrupt or lost; its final record is synced.
-    let data = serde_json::to_vec_pretty(&rec).unwrap_or_default();
-    let _unsynced =
-        crate::state::fsutil::replace(&dir.join(crate::state::layout::RECORD), &data, 0o600)
-            .map_err(io("job.json"))?;
-    fs::rename(&dir, store.job_dir(id)).map_err(io("folder"))?;
-    fs::write(store.running_marker(id), b"").map_err(io("running marker"))?;
+    // The record holds only the masked command; the real one and the secret values
+    // travel in the spec, a memory file, and are never stored.
+    let spec = Spec {
+        command: req.command.clone(),
+        secrets: crate::model::secret::serialize(&req.secrets),
+        cwd,
+        env,
+        timeout_seconds: timeout,
+        idle_timeout_seconds: idle,
+        grace_seconds: cfg.grace_seconds,
+        max_output_bytes: cfg.max_output_bytes,
+        has_stdin: req.stdin.is_some(),
+        user,
+        interactive: req.interactive || req.pty.is_some(),
+        pty: req.pty,
+        record,
+    };
 
     // Stdin (a .netrc, say) never touches the disk: it reaches the supervisor as a memory
     // file on its own stdin, which it hands to the shell.
@@ -391,7 +391,10 @@ static FORK_SERVER: std::sync::OnceLock<crate::os::forkserver::ForkServer> =
 /// Starts the fork server that this process's job starts then use. Call it while the
 /// process is still single-threaded (`serve` does, first thing).
 pub fn use_fork_server() -> Result<()> {
-    let fs = crate::os::forkserver::ForkServer::start(super::supervisor::main)
+    // The cgroup hierarchy is looked up once, here: every supervisor the server forks
+    // inherits the answer instead of reading the mount table again.
+    crate::os::cgroup::JobCgroup::warm();
+    let fs = crate::os::forkserver::ForkServer::start(super::supervisor::main_forked)
         .map_err(|e| Error::io("starting the fork server", e))?;
     let _ = FORK_SERVER.set(fs);
     Ok(())
@@ -424,8 +427,8 @@ fn spawn_supervisor(
     let (mut out, first): (fs::File, Option<i32>) = if let Some(r) = served {
         (r, None)
     } else if crate::os::proc::threads(std::process::id() as i32) == 1 {
-        let (pid, r) = crate::os::forkserver::fork_entry(
-            super::supervisor::main,
+        let (_, r) = crate::os::forkserver::fork_entry(
+            super::supervisor::main_forked,
             store.root(),
             id.as_str(),
             lock.as_fd(),
@@ -433,7 +436,8 @@ fn spawn_supervisor(
             stdin_fd,
         )
         .map_err(failed)?;
-        (r, Some(pid))
+        // This CLI exits when its job does; meanwhile the supervisor is its child.
+        (r, None)
     } else {
         let mut cmd = Command::new("/proc/self/exe");
         cmd.arg("supervise")
@@ -470,8 +474,8 @@ fn spawn_supervisor(
             }
         },
     );
-    // The first process exits right after forking the real supervisor; if a PID-1 reaper
-    // got to it first, the status is simply gone, which is fine.
+    // An exec'd supervisor's first process exits right after forking the real one; if a
+    // PID-1 reaper got to it first, the status is simply gone, which is fine.
     if let Some(pid) = first {
         let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
     }

@@ -2,7 +2,7 @@
 //! over) becomes `lost`, and whatever the job left behind is ended. Every reader goes
 //! through here, so they all agree; pruning reads the settled list.
 
-use std::fs::{self, File};
+use std::fs;
 use std::io;
 use std::path::Path;
 use std::time::Duration;
@@ -76,11 +76,9 @@ pub fn load(store: &Store, id: &JobId) -> Result<JobRecord> {
         (Some(then), now) => !now.is_empty() && *then != now,
         _ => false,
     };
-    let lock_path = store.job_dir(id).join(LOCK);
-    // Read-only: a writable open would wake every inotify watcher of the folder.
     // The lock decides; the boot id only names the reason. A lock we cannot even open
     // (out of fds, say) proves nothing, so the job stays as recorded.
-    let _lock = match File::open(&lock_path) {
+    let _lock = match store.open_lock(id) {
         Ok(l) => match l.try_lock() {
             Ok(()) => Some(l),
             Err(std::fs::TryLockError::WouldBlock) => {
@@ -142,7 +140,7 @@ pub fn load(store: &Store, id: &JobId) -> Result<JobRecord> {
     }
     let sweep = (!stale_boot)
         .then(|| crate::os::proc::sweep_job(id.as_str(), rec.cgroup.as_deref().map(Path::new)));
-    for f in LEGACY.iter().chain([&RESERVE]) {
+    for f in LEGACY.iter().chain([&RESERVE, &FINAL_RECORD]) {
         let _ = fs::remove_file(store.job_dir(id).join(f));
     }
     let _ = fs::remove_file(store.running_marker(id));

@@ -201,6 +201,9 @@ pub struct Spec {
     /// The job runs on a pseudo-terminal of this size.
     #[serde(default)]
     pub pty: Option<PtySize>,
+    /// The job's first record, without its pids: the supervisor completes it and writes
+    /// it once the shell runs (one record write per start, not two).
+    pub record: super::JobRecord,
 }
 
 /// A user a job runs as, as the user database gave it at the start.

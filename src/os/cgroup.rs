@@ -19,12 +19,12 @@ pub fn cgroup2_mount() -> Option<PathBuf> {
     })
 }
 
-impl JobCgroup {
-    /// The cgroup path for a job id (it may not exist).
-    pub fn path_for(job_id: &str) -> Option<PathBuf> {
-        if std::env::var_os("GITTERM_NO_CGROUP").is_some() {
-            return None;
-        }
+/// `<mount>/<this process's cgroup>/gitterm`, where job cgroups go; looked up once per
+/// process (the fork server's children inherit it), as a process's own cgroup does not
+/// change under it in practice and the lookup reads the whole mount table.
+fn jobs_base() -> Option<&'static PathBuf> {
+    static BASE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    BASE.get_or_init(|| {
         let mount = cgroup2_mount()?;
         let own = fs::read_to_string("/proc/self/cgroup").ok()?;
         let rel = own
@@ -36,7 +36,23 @@ impl JobCgroup {
         } else {
             mount.join(rel)
         };
-        Some(base.join("gitterm").join(job_id))
+        Some(base.join("gitterm"))
+    })
+    .as_ref()
+}
+
+impl JobCgroup {
+    /// Looks the hierarchy up now, so that forks of this process need not.
+    pub fn warm() {
+        let _ = jobs_base();
+    }
+
+    /// The cgroup path for a job id (it may not exist).
+    pub fn path_for(job_id: &str) -> Option<PathBuf> {
+        if std::env::var_os("GITTERM_NO_CGROUP").is_some() {
+            return None;
+        }
+        Some(jobs_base()?.join(job_id))
     }
 
     /// Creates the job's cgroup, or `None` where the hierarchy is not writable.

@@ -27,8 +27,8 @@ pub const LOCK: RawFd = 3;
 pub const SPEC: RawFd = 4;
 
 /// Runs `entry(root, id)` in a fork of this process, which must be single-threaded.
-/// Returns the new process's pid (to be waited for: it exits once the entry detaches) and
-/// the read end of its stdout.
+/// Returns the new process's pid and the read end of its stdout. The process is this
+/// one's child: the fork server has the kernel reap it, the CLI exits with its job.
 pub fn fork_entry(
     entry: Entry,
     root: &Path,
@@ -60,6 +60,9 @@ pub fn fork_entry(
             }
             // Its own session: a terminal's Ctrl-C or hangup never reaches it.
             libc::setsid();
+            // The fork server ignores SIGCHLD (its children are reaped by the kernel); the
+            // supervisor must see its own.
+            libc::signal(libc::SIGCHLD, libc::SIG_DFL);
             // Named for `ps` and `top` (the command line stays the parent's).
             libc::prctl(libc::PR_SET_NAME, c"gitterm-superv".as_ptr(), 0, 0, 0);
             let code = entry(root, id);
@@ -111,6 +114,10 @@ impl ForkServer {
                     // leaves jobs running) must not end the server that starts them.
                     libc::setsid();
                     libc::prctl(libc::PR_SET_NAME, c"gitterm-forks".as_ptr(), 0, 0, 0);
+                    // The supervisors it forks are its children for their whole life: the
+                    // kernel reaps them as they exit, so none lingers as a zombie while
+                    // the server waits for the next request.
+                    libc::signal(libc::SIGCHLD, libc::SIG_IGN);
                 }
                 serve(entry, theirs);
                 // SAFETY: ends the server process without running the parent's atexit.
@@ -194,10 +201,6 @@ fn receive(sock: BorrowedFd<'_>, max_fds: usize) -> io::Result<(Vec<u8>, Vec<Own
 /// The server's loop: one request at a time until the socket closes.
 fn serve(entry: Entry, sock: OwnedFd) {
     loop {
-        // Entries exit right after they detach: reap them.
-        while nix::sys::wait::waitpid(None, Some(nix::sys::wait::WaitPidFlag::WNOHANG))
-            .is_ok_and(|s| s != nix::sys::wait::WaitStatus::StillAlive)
-        {}
         let Ok((req, fds)) = receive(sock.as_fd(), 3) else {
             return;
         };

@@ -71,6 +71,51 @@ pub fn replace(path: &Path, data: &[u8], mode: u32) -> io::Result<Unsynced> {
     }
 }
 
+/// A file holding room for a record to come: made with its blocks taken, written and
+/// renamed into place later, so that the write cannot fail for want of space.
+pub struct Reserved {
+    file: File,
+    /// The room is zeros written (the filesystem cannot allocate without writing): the
+    /// file must be cut to the record's length.
+    padded: bool,
+}
+
+/// Makes `path` (new, empty) with `bytes` of room: blocks allocated past its end where
+/// the filesystem can (nothing to cut later, so a record that fits frees no block), else
+/// zeros written.
+pub fn reserve(path: &Path, bytes: usize, mode: u32) -> io::Result<Reserved> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(path)?;
+    use nix::fcntl::{FallocateFlags, fallocate};
+    let padded = fallocate(&file, FallocateFlags::FALLOC_FL_KEEP_SIZE, 0, bytes as i64).is_err();
+    if padded {
+        file.write_all(&vec![0u8; bytes])?;
+    }
+    Ok(Reserved { file, padded })
+}
+
+impl Reserved {
+    /// Writes `data` into the reserved file, now at `from`, and renames it over `to`
+    /// (atomic, as [`replace`]); not synced, see [`Unsynced`]. Data longer than the room
+    /// is written all the same (it may then need new blocks).
+    pub fn replace(self, from: &Path, to: &Path, data: &[u8]) -> io::Result<Unsynced> {
+        use std::os::unix::fs::FileExt;
+        self.file.write_all_at(data, 0)?;
+        if self.padded {
+            self.file.set_len(data.len() as u64)?;
+        }
+        fs::rename(from, to)?;
+        Ok(Unsynced {
+            file: self.file,
+            dir: to.parent().unwrap_or(Path::new(".")).to_path_buf(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,5 +132,40 @@ mod tests {
             fs::metadata(&p).unwrap().permissions().mode() & 0o777,
             0o600
         );
+    }
+
+    #[test]
+    fn a_reserved_file_becomes_the_record_whole() {
+        let d = tempfile::tempdir().unwrap();
+        let (room, rec) = (d.path().join("room"), d.path().join("rec"));
+        write_atomic(&rec, b"the first record, longer than the last", 0o600).unwrap();
+        let r = reserve(&room, 16 * 1024, 0o600).unwrap();
+        {
+            use std::os::unix::fs::MetadataExt;
+            let m = fs::metadata(&room).unwrap();
+            // Blocks taken, past the end or as zeros.
+            assert!(m.blocks() * 512 >= 16 * 1024, "{} blocks", m.blocks());
+        }
+        r.replace(&room, &rec, b"final").unwrap().sync().unwrap();
+        assert_eq!(fs::read(&rec).unwrap(), b"final");
+        assert!(!room.exists());
+        assert_eq!(
+            fs::metadata(&rec).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        // More than the room is still written whole.
+        let r = reserve(&room, 4, 0o600).unwrap();
+        let big = vec![b'x'; 100_000];
+        r.replace(&room, &rec, &big).unwrap().sync().unwrap();
+        assert_eq!(fs::read(&rec).unwrap(), big);
+    }
+
+    #[test]
+    fn a_reserve_refuses_an_existing_file() {
+        let d = tempfile::tempdir().unwrap();
+        let room = d.path().join("room");
+        fs::write(&room, b"someone else's").unwrap();
+        assert!(reserve(&room, 16, 0o600).is_err());
+        assert_eq!(fs::read(&room).unwrap(), b"someone else's");
     }
 }

@@ -10,14 +10,22 @@ pub const MAX_PAGE: usize = 64 * 1024;
 /// File names inside a job folder.
 pub const RECORD: &str = "job.json";
 pub const OUTPUT: &str = "output.log";
+/// The lock file of jobs started by older versions; a job's lock is now its folder
+/// itself (one file fewer per start), but a supervisor of an older version may still hold
+/// this one, so a reader takes it where it exists.
 pub const LOCK: &str = "lock";
 /// Files older versions kept in a job folder while it ran (the spec, secrets and stdin
 /// now reach the supervisor as memory files); removed when such a job is settled.
 pub const LEGACY: [&str; 3] = ["spec.json", "secrets.env", "stdin"];
-/// Room kept in a job folder so the final record lands even on a full disk.
+/// Room older versions kept in a job folder for the final record.
 pub const RESERVE: &str = ".reserve";
+/// The final record's file, made when the job starts with room for it, so the record
+/// lands even on a full disk; written and renamed over [`RECORD`] at the end. One file
+/// both reserves the room and becomes the record: a start makes and frees fewer inodes.
+pub const FINAL_RECORD: &str = ".job.json.final";
 
-/// Under the root: one empty file per running job, so a start counts them cheaply.
+/// Under the root: one name per running job, so a start counts them cheaply (a hard link
+/// to the job's output.log: a name without an inode of its own).
 pub const RUNNING_DIR: &str = "running";
 /// Under the root: the journal of job events (see `crate::state::events`).
 pub const EVENTS_DIR: &str = "events";

@@ -58,6 +58,14 @@ impl Store {
         Ok(Store { root })
     }
 
+    /// A handle on a state root that [`Store::open`] made before (its absolute path):
+    /// creates and checks nothing, for a supervisor whose launcher just did.
+    pub fn at(root: &Path) -> Store {
+        Store {
+            root: root.to_path_buf(),
+        }
+    }
+
     /// The state root.
     pub fn root(&self) -> &Path {
         &self.root
@@ -109,6 +117,49 @@ impl Store {
     pub fn replace_record(&self, rec: &JobRecord) -> io::Result<Unsynced> {
         let data = serde_json::to_vec_pretty(rec).map_err(io::Error::other)?;
         replace(&self.job_dir(&rec.id).join(RECORD), &data, 0o600)
+    }
+
+    /// Writes the first record of a job still being assembled in `dir` (its staging
+    /// folder): nobody can read it before the folder is renamed into place, so it needs
+    /// no temp file. Not synced (see [`Unsynced`]): the final record is.
+    pub fn write_first_record(&self, dir: &Path, rec: &JobRecord) -> io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let data = serde_json::to_vec_pretty(rec).map_err(io::Error::other)?;
+        fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(dir.join(RECORD))?
+            .write_all(&data)
+    }
+
+    /// Renames job `id`'s staging folder into place: from now on readers see the job.
+    pub fn publish(&self, id: &JobId) -> io::Result<()> {
+        fs::rename(self.staging_dir(id), self.job_dir(id))
+    }
+
+    /// Opens job `id`'s lock, which its supervisor holds (flock) for its whole life: the
+    /// job folder itself, or the `lock` file of a job an older version started.
+    pub fn open_lock(&self, id: &JobId) -> io::Result<File> {
+        let dir = self.job_dir(id);
+        match File::open(dir.join(LOCK)) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => File::open(dir),
+            r => r,
+        }
+    }
+
+    /// Replaces job `rec`'s record with the file reserved for it at the start (see
+    /// [`FINAL_RECORD`]); not synced (see [`Unsynced`]).
+    pub fn replace_record_reserved(
+        &self,
+        reserved: super::fsutil::Reserved,
+        rec: &JobRecord,
+    ) -> io::Result<Unsynced> {
+        let data = serde_json::to_vec_pretty(rec).map_err(io::Error::other)?;
+        let dir = self.job_dir(&rec.id);
+        reserved.replace(&dir.join(FINAL_RECORD), &dir.join(RECORD), &data)
     }
 
     /// Reads a record as stored, without any liveness check.

@@ -392,6 +392,14 @@ impl Control {
         }
     }
 
+    /// The job's folder was renamed into place (the socket was bound in the staging
+    /// folder, before the shell started): the socket's name is now in `dir`.
+    pub(super) fn moved_to(&mut self, dir: &Path) {
+        if let Some(name) = self.path.file_name() {
+            self.path = dir.join(name);
+        }
+    }
+
     /// Removes the socket: from now on nobody can connect.
     pub(super) fn remove(&self) {
         let _ = std::fs::remove_file(&self.path);

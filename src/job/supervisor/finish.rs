@@ -10,7 +10,7 @@ use crate::os::proc::{self};
 
 use super::sink::Sink;
 use super::{End, Supervisor};
-use crate::state::layout::RESERVE;
+use crate::state::layout::FINAL_RECORD;
 
 impl Supervisor {
     pub(super) fn finish(&mut self, shell: Option<WaitStatus>, end: End) {
@@ -78,12 +78,21 @@ impl Supervisor {
         // Before the final record: whoever sees the job ended must not then be refused a
         // new start because this one still counts as running.
         let _ = fs::remove_file(self.store.running_marker(&self.id));
-        // The reserve gives the final record room on a full disk; retry a few times.
-        let _ = fs::remove_file(dir.join(RESERVE));
         // In place first, then the waiters are told (they read it from the page cache),
-        // then it is made durable: the flush is off the caller's path, not skipped.
-        let mut unsynced = None;
+        // then it is made durable: the flush is off the caller's path, not skipped. The
+        // file reserved at the start has room for it on a full disk; without it (or should
+        // it fail), a new file, retried a few times.
+        let mut unsynced = self
+            .reserved
+            .take()
+            .and_then(|r| self.store.replace_record_reserved(r, rec).ok());
+        if unsynced.is_none() {
+            let _ = fs::remove_file(dir.join(FINAL_RECORD));
+        }
         for attempt in 0..5 {
+            if unsynced.is_some() {
+                break;
+            }
             if let Ok(u) = self.store.replace_record(rec) {
                 unsynced = Some(u);
                 break;

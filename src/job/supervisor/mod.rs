@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::OpenOptionsExt;
@@ -24,6 +24,7 @@ use crate::model::spec::{JOB_ENV_MARKER, Spec};
 use crate::model::{JobId, JobRecord, Status};
 use crate::os::cgroup::JobCgroup;
 use crate::os::proc;
+use crate::state::layout::{FINAL_RECORD, RECORD};
 use crate::state::store::Store;
 use crate::text::pipeline::Pipeline;
 
@@ -34,8 +35,9 @@ mod sink;
 
 use sink::{Output, Sink};
 
-use crate::state::layout::RESERVE;
-const RESERVE_BYTES: usize = 16 * 1024;
+/// Room kept for what the final record adds to the first (see
+/// [`crate::state::layout::FINAL_RECORD`]): the end's fields and a reason.
+const RESERVE_EXTRA: usize = 2048;
 
 /// Why the job is ending.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,8 +49,20 @@ enum End {
     Stopped(i32),
 }
 
-/// Entry point of `gitterm-agent supervise <id>`; the exit status is the process's.
+/// Entry point of `gitterm-agent supervise <id>` (an exec'd supervisor, whose launcher
+/// waits for it): detaches first. The exit status is the process's.
 pub fn main(root: &Path, id: &str) -> i32 {
+    run(root, id, true)
+}
+
+/// Entry point of a supervisor forked by the fork server (which has the kernel reap its
+/// children) or by the CLI (which exits when its job does): no second fork to detach,
+/// which would cost a process on every start's path.
+pub fn main_forked(root: &Path, id: &str) -> i32 {
+    run(root, id, false)
+}
+
+fn run(root: &Path, id: &str, detach: bool) -> i32 {
     let Some(id) = JobId::parse(id) else {
         eprintln!("supervise: malformed job id");
         return 2;
@@ -57,21 +71,21 @@ pub fn main(root: &Path, id: &str) -> i32 {
         Ok(f) => f,
         Err(e) => return report_failure(&format!("lock and spec fds: {e}")),
     };
-    let store = match Store::open(root) {
-        Ok(s) => s,
-        Err(e) => return report_failure(&e.to_string()),
-    };
-    // Detach: the launcher waits for this first process only until the fork, so neither a
-    // CLI nor the server ever keeps a zombie supervisor. The daemon is reparented to the
-    // nearest subreaper (or init).
-    match crate::os::spawn::fork_detached() {
-        Ok(false) => return 0,
-        Ok(true) => {
-            let _ = Ready::send_pid(&mut io::stdout().lock(), std::process::id());
+    // The launcher made the root; its path is absolute.
+    let store = Store::at(root);
+    // Detach: the launcher waits for this first process only until the fork, so it never
+    // keeps a zombie supervisor. The daemon is reparented to the nearest subreaper (or
+    // init).
+    if detach {
+        match crate::os::spawn::fork_detached() {
+            Ok(false) => return 0,
+            Ok(true) => {}
+            Err(e) => return report_failure(&format!("fork: {e}")),
         }
-        Err(e) => return report_failure(&format!("fork: {e}")),
     }
-    let code = match Supervisor::start(&store, &id, spec) {
+    let _ = Ready::send_pid(&mut io::stdout().lock(), std::process::id());
+    let mut first: Option<JobRecord> = None;
+    let code = match Supervisor::start(&store, &id, spec, &mut first) {
         Ok(mut s) => {
             let _ = Ready::Ok.send(&mut io::stdout().lock());
             s.sink.set_events(crate::job::handshake::events_out());
@@ -82,7 +96,7 @@ pub fn main(root: &Path, id: &str) -> i32 {
             0
         }
         Err(msg) => {
-            fail_record(&store, &id, &msg);
+            fail_record(&store, &id, first, &msg);
             report_failure(&msg)
         }
     };
@@ -103,20 +117,27 @@ fn detach_stdio() {
     }
 }
 
-/// Records a job that could not be started at all.
-fn fail_record(store: &Store, id: &JobId, msg: &str) {
-    if let Ok(mut rec) = store.read_raw(id) {
-        let _ = fs::remove_file(store.job_dir(id).join(RESERVE));
-        if let Some(cg) = JobCgroup::existing(id.as_str()) {
-            cg.remove();
-        }
-        rec.status = Status::Failed;
-        rec.reason = Some(format!("the agent could not start the job: {msg}"));
-        rec.ended_at = Some(crate::text::timefmt::now());
-        if store.write_record(&rec).is_ok() {
-            crate::state::events::record(store.root(), crate::state::events::ENDED, &rec);
-        }
-        let _ = fs::remove_file(store.running_marker(id));
+/// Records a job that could not be started at all (when the spec named its record),
+/// and puts its folder in place so the caller and readers see why.
+fn fail_record(store: &Store, id: &JobId, rec: Option<JobRecord>, msg: &str) {
+    let staging = store.staging_dir(id);
+    let Some(mut rec) = rec else { return };
+    if let Some(cg) = JobCgroup::existing(id.as_str()) {
+        cg.remove();
+    }
+    rec.status = Status::Failed;
+    rec.reason = Some(format!("the agent could not start the job: {msg}"));
+    rec.ended_at = Some(crate::text::timefmt::now());
+    let _ = fs::remove_file(staging.join(FINAL_RECORD));
+    let _ = fs::remove_file(store.running_marker(id));
+    let _ = fs::remove_file(staging.join(RECORD));
+    let _ = fs::remove_file(staging.join(crate::job::control::SOCKET));
+    let written = store
+        .write_first_record(&staging, &rec)
+        .and_then(|()| File::open(staging.join(RECORD))?.sync_all())
+        .and_then(|()| store.publish(id));
+    if written.is_ok() {
+        crate::state::events::record(store.root(), crate::state::events::ENDED, &rec);
     }
 }
 
@@ -134,16 +155,30 @@ struct Supervisor {
     control: Option<control::Control>,
     sink: Sink,
     pipeline: Pipeline,
+    /// The final record's file, with its room (none where it could not be made).
+    reserved: Option<crate::state::fsutil::Reserved>,
 }
 
 impl Supervisor {
-    fn start(store: &Store, id: &JobId, mut spec_file: File) -> Result<Supervisor, String> {
-        let dir = store.job_dir(id);
-        let rec = store.read_raw(id).map_err(|e| e.to_string())?;
+    /// Starts the shell in the job's staging folder and puts the folder in place once the
+    /// record names the shell; `first` gets the record as soon as the spec is read, for
+    /// [`fail_record`].
+    fn start(
+        store: &Store,
+        id: &JobId,
+        mut spec_file: File,
+        first: &mut Option<JobRecord>,
+    ) -> Result<Supervisor, String> {
+        let dir = store.staging_dir(id);
         let mut raw = Vec::new();
         io::Read::read_to_end(&mut spec_file, &mut raw).map_err(|e| format!("spec: {e}"))?;
         drop(spec_file);
         let spec: Spec = serde_json::from_slice(&raw).map_err(|e| format!("spec: {e}"))?;
+        if spec.record.id != *id {
+            return Err(format!("the spec is for job {}", spec.record.id));
+        }
+        *first = Some(spec.record.clone());
+        let rec = spec.record.clone();
         let secrets = if spec.secrets.is_empty() {
             Vec::new()
         } else {
@@ -179,20 +214,15 @@ impl Supervisor {
             .custom_flags(libc::O_CLOEXEC)
             .open(dir.join(crate::state::layout::OUTPUT))
             .map_err(|e| format!("output.log: {e}"))?;
-        let _ = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(dir.join(RESERVE))
-            .and_then(|mut f| {
-                // Blocks taken now (no data written); zeros where the filesystem cannot.
-                use nix::fcntl::{FallocateFlags, fallocate};
-                match fallocate(&f, FallocateFlags::empty(), 0, RESERVE_BYTES as i64) {
-                    Ok(()) => Ok(()),
-                    Err(_) => f.write_all(&[0u8; RESERVE_BYTES]),
-                }
-            });
+        // Room for the final record: the first one's size (a long command makes it long)
+        // and what the end adds. Without room it may still land: go on.
+        let room = serde_json::to_vec_pretty(&rec).map_or(0, |v| v.len()) + RESERVE_EXTRA;
+        let reserved = crate::state::fsutil::reserve(
+            &dir.join(FINAL_RECORD),
+            room.next_multiple_of(4096),
+            0o600,
+        )
+        .ok();
 
         // A terminal job's stdin, stdout and stderr are the terminal; an interactive one's
         // stdin is a pipe whose writing end we keep.
@@ -230,7 +260,7 @@ impl Supervisor {
         let control = match keep_stdin {
             Some(w) => Some(
                 control::Control::bind(
-                    &store.job_dir(id).join(crate::job::control::SOCKET),
+                    &dir.join(crate::job::control::SOCKET),
                     w,
                     pty.is_some(),
                     &values,
@@ -330,15 +360,26 @@ impl Supervisor {
         rec.cgroup = cgroup
             .as_ref()
             .map(|c| c.path().to_string_lossy().into_owned());
-        // Not fsynced (see the launcher): the final record is.
-        if let Err(e) = store.replace_record(&rec) {
+        // Neither the record nor the folder's rename is fsynced: a crash of any process
+        // loses nothing, and a start is not worth a disk flush on the caller's path. After
+        // a kernel crash or power loss a job started in the last seconds may be missing,
+        // or read as corrupt or lost; its final record is synced.
+        if let Err(e) = store
+            .write_first_record(&dir, &rec)
+            .and_then(|()| store.publish(id))
+        {
             // Without a record nobody could cancel or see the job: end it at once.
             let _ = nix::sys::signal::killpg(Pid::from_raw(shell), Signal::SIGKILL);
             if let Some(cg) = &cgroup {
                 cg.kill_all();
             }
             let _ = waitpid(Pid::from_raw(shell), None);
+            *first = Some(rec);
             return Err(format!("job.json: {e}"));
+        }
+        let mut control = control;
+        if let Some(c) = &mut control {
+            c.moved_to(&store.job_dir(id));
         }
         let cap = spec.max_output_bytes;
         Ok(Supervisor {
@@ -362,6 +403,7 @@ impl Supervisor {
                 spare: Vec::new(),
             }),
             pipeline,
+            reserved,
         })
     }
 }
