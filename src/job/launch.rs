@@ -463,7 +463,7 @@ fn spawn_supervisor(
     };
     // Bounded: a job that stops its supervisor before it answers must not hang the
     // caller; meanwhile whoever stopped it is undone.
-    let ready = Ready::receive_within(
+    let (ready, pending) = Ready::receive_within(
         &mut out,
         Instant::now() + crate::job::handshake::READY_WAIT,
         &mut |pid| {
@@ -481,7 +481,7 @@ fn spawn_supervisor(
     }
     let out = Some(out);
     let msg = match ready {
-        Ready::Ok => return Ok(JobEvents::new(out)),
+        Ready::Ok => return Ok(JobEvents::with_pending(out, pending)),
         Ready::Err(m) => m,
     };
     match store.read_raw(id) {

@@ -85,11 +85,12 @@ pub fn load(store: &Store, id: &JobId) -> Result<JobRecord> {
                 // Held by the supervisor (really running), or by another reader that
                 // is settling a job whose supervisor is gone: then wait for its verdict,
                 // so every reader agrees (a prune must not see "running" meanwhile).
-                // Still starting (the launcher and then the supervisor hold the lock
-                // before the record names the supervisor), another reader settling it,
-                // or a job process that took the lock and killed its supervisor: look
-                // again until the record names a live supervisor or the lock is free,
-                // for a bounded time, then report the job as recorded.
+                // Another reader settling it, a supervisor of an older version still
+                // writing its first record (this one's folder appears only once the
+                // record names the supervisor), or a job process that took the lock and
+                // killed its supervisor: look again until the record names a live
+                // supervisor or the lock is free, for a bounded time, then report the
+                // job as recorded.
                 let mut deadline = std::time::Instant::now() + SETTLE_WAIT;
                 let mut swept = false;
                 loop {

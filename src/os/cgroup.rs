@@ -79,14 +79,14 @@ impl JobCgroup {
 
     /// The pids in the cgroup.
     pub fn pids(&self) -> Vec<i32> {
-        fs::read_to_string(self.procs_file())
+        super::proc::read_kernel_file(self.procs_file())
             .map(|s| s.lines().filter_map(|l| l.trim().parse().ok()).collect())
             .unwrap_or_default()
     }
 
     /// True if `pid` is in this cgroup now.
     pub fn holds(&self, pid: i32) -> bool {
-        let Ok(text) = fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+        let Ok(text) = super::proc::read_kernel_file(format!("/proc/{pid}/cgroup")) else {
             return false;
         };
         text.lines()

@@ -45,7 +45,32 @@ pub fn parse_stat(text: &str) -> Option<Stat> {
 
 /// Reads one process's stat, or `None` if it is gone.
 pub fn stat(pid: i32) -> Option<Stat> {
-    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    parse_stat(&read_kernel_file(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Reads a small file the kernel makes up as it is read (`/proc`, cgroupfs). They report
+/// a size of 0, for which `fs::read_to_string` asks for the size and then reads in 32-byte
+/// steps (six reads for one `stat` line); a page-sized buffer takes it in one read and the
+/// end in another. The supervisor and every reader look at such files many times a job.
+pub fn read_kernel_file(path: impl AsRef<Path>) -> io::Result<String> {
+    use std::io::Read;
+    // Plain reads: `File::read_to_string` would still ask for the size first.
+    let mut f = fs::File::open(path)?;
+    let mut buf = vec![0u8; 4096];
+    let mut n = 0;
+    loop {
+        if n == buf.len() {
+            buf.resize(buf.len() * 2, 0);
+        }
+        match f.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(n);
+    String::from_utf8(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 /// Every process visible in /proc.
@@ -77,7 +102,7 @@ pub fn descendants(root: i32) -> Vec<Stat> {
             continue;
         };
         for t in tasks.flatten() {
-            let Ok(list) = fs::read_to_string(t.path().join("children")) else {
+            let Ok(list) = read_kernel_file(t.path().join("children")) else {
                 continue;
             };
             for child in list
@@ -121,7 +146,7 @@ pub fn alive(s: &Stat) -> bool {
 
 /// The number of threads in `pid`'s thread group (0 when it is gone).
 pub fn threads(pid: i32) -> usize {
-    fs::read_to_string(format!("/proc/{pid}/status"))
+    read_kernel_file(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|t| {
             t.lines()
