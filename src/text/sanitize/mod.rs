@@ -132,6 +132,15 @@ impl Sanitizer {
         }
     }
 
+    /// Like [`feed`](Self::feed), but every byte through the state machine alone: what the
+    /// fast paths must agree with.
+    #[cfg(test)]
+    fn feed_bytewise(&mut self, input: &[u8], out: &mut Vec<u8>) {
+        for &b in input {
+            self.parser.step(b, &mut self.line, out);
+        }
+    }
+
     /// Ends the stream: appends the held last line (without adding a newline).
     pub fn finish(&mut self, out: &mut Vec<u8>) {
         self.parser.finish(&mut self.line, out);
