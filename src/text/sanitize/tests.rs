@@ -680,6 +680,8 @@ fn colour_piece() -> impl Strategy<Value = Vec<u8>> {
     ];
     prop_oneof![
         6 => prop::sample::select(SEQUENCES).prop_map(<[u8]>::to_vec),
+        1 => (0usize..80, prop::sample::select(b"mKGC".to_vec()))
+            .prop_map(|(n, fin)| [&b"\x1b["[..], &b"1;".repeat(n), &[fin]].concat()),
         4 => (0usize..24, any::<u8>()).prop_map(|(n, c)| vec![b'a' + c % 26; n]),
         1 => (24usize..200).prop_map(|n| (0..n).map(|k| b' ' + (k % 95) as u8).collect()),
     ]
@@ -718,6 +720,33 @@ proptest! {
         for c in &refs {
             s.feed(c, &mut out);
             prop_assert!(s.line.held().len() <= limit);
+        }
+    }
+}
+
+#[test]
+fn recordings_agree_with_the_state_machine() {
+    let recordings: &[&[u8]] = &[
+        include_bytes!("../../../tests/data/corpus/git-log-color.raw"),
+        include_bytes!("../../../tests/data/corpus/ls-color.raw"),
+        include_bytes!("../../../tests/data/corpus/grep-color.raw"),
+        include_bytes!("../../../tests/data/corpus/man-ls-overstrike.raw"),
+        include_bytes!("../../../tests/data/corpus/cargo-build-tty.raw"),
+        include_bytes!("../../../tests/data/corpus/vim-edit-session.raw"),
+    ];
+    for (n, &recording) in recordings.iter().enumerate() {
+        // As the benchmark repeats it.
+        let input = recording.repeat(2);
+        for limit in [40, 300, LINE_LIMIT] {
+            let expected = run_bytewise(&input, limit);
+            for size in [1, 7, 100, 4093, 65_536] {
+                let chunks: Vec<&[u8]> = input.chunks(size).collect();
+                let ours = run_chunks(Sanitizer::with_line_limit(limit), &chunks);
+                assert!(
+                    ours == expected,
+                    "recording {n}, limit {limit}, reads of {size}"
+                );
+            }
         }
     }
 }
