@@ -91,6 +91,46 @@ impl Line {
         }
     }
 
+    /// Bytes held.
+    pub(super) fn len(&self) -> usize {
+        self.cells.len()
+    }
+
+    /// The cursor is at the end of a line without blanks: text is only appended, and the
+    /// line may live at the end of `out` instead (see [`lend`](Self::lend)).
+    pub(super) fn appending(&self) -> bool {
+        self.cursor == self.cells.len() && !self.blanks
+    }
+
+    /// Moves the held line (which must be [`appending`](Self::appending)) to the end of
+    /// `out`, so that text can be appended to it there directly; returns where it starts.
+    /// [`take_back`](Self::take_back) undoes this.
+    pub(super) fn lend(&mut self, out: &mut Vec<u8>) -> usize {
+        let start = out.len();
+        out.extend_from_slice(&self.cells);
+        self.cells.clear();
+        self.cursor = 0;
+        start
+    }
+
+    /// Holds again what of `out[start..]` (written since [`lend`](Self::lend), whole
+    /// characters appended at the cursor) is still the held line: what follows its last
+    /// `\n`, less what appending it byte by byte would have streamed out.
+    pub(super) fn take_back(&mut self, out: &mut Vec<u8>, start: usize) {
+        let mut from = memchr::memrchr(b'\n', &out[start..]).map_or(start, |nl| start + nl + 1);
+        // As in `append`: the character holding byte `limit` of the line overflows it.
+        while out.len() - from > self.limit {
+            let mut end = from + self.limit + 1;
+            while end < out.len() && is_continuation(out[end]) {
+                end += 1;
+            }
+            from = end;
+        }
+        self.cells.extend_from_slice(&out[from..]);
+        self.cursor = self.cells.len();
+        out.truncate(from);
+    }
+
     /// Writes a run of plain text (see [`plain_len`](super::scan::plain_len)) at the
     /// cursor.
     pub(super) fn put_run(&mut self, mut run: &[u8], out: &mut Vec<u8>) {

@@ -50,9 +50,18 @@
 //! # Speed
 //!
 //! In the ground state, runs of printable ASCII, `\t`, `\n` and well-formed non-C1 UTF-8 are
-//! found with a block scan and copied wholesale: complete lines go straight to the output
-//! when nothing of the line is held. Plain `CSI` sequences other than `K` and the moves
-//! (SGR colours) are skipped in one step; everything else goes through the byte-wise state machine.
+//! found with a block scan and copied wholesale. Plain `CSI` sequences other than `K` and
+//! the moves (SGR colours) are skipped in one step; everything else goes through the
+//! byte-wise state machine.
+//!
+//! While the cursor is at the end of a line without blanks (the common case), the held line
+//! is lent to the output: its bytes move to the end of `out`, text is copied straight after
+//! them, and when something needs the line model again (or the read ends) what is still the
+//! held line (after the last `\n`, within [`LINE_LIMIT`]) is taken back. On that path SGR
+//! colours, `CSI K` / `CSI 0 K` (nothing to erase there), `\r\n` (the same as `\n`) and
+//! controls without effect are dropped without the state machine, found 64 bytes at a time
+//! with bit masks (see `scan.rs`). Lending copies the held line, so a read lends at most as
+//! many held bytes as it has; the rest of such a read takes the path above.
 //!
 //! # Layout
 //!
@@ -102,9 +111,20 @@ impl Sanitizer {
     /// Sanitizes `input`, appending every finished line (and any part of an over-long
     /// line that can no longer change) to `out`.
     pub fn feed(&mut self, input: &[u8], out: &mut Vec<u8>) {
+        // Lending the held line to `out` and taking it back copies it twice: at most as
+        // many bytes as this read has in all, so that tiny reads of a long line stay cheap.
+        let mut budget = input.len();
         let mut i = 0;
         while i < input.len() {
-            if self.parser.at_rest() {
+            if self.parser.at_rest() && self.line.appending() && self.line.len() <= budget {
+                budget -= self.line.len();
+                let start = self.line.lend(out);
+                i = scan::copy_ground(input, i, out);
+                self.line.take_back(out, start);
+                if i == input.len() {
+                    break;
+                }
+            } else if self.parser.at_rest() {
                 let run = scan::plain_len(&input[i..]);
                 if run > 0 {
                     self.line.put_run(&input[i..i + run], out);
@@ -129,6 +149,15 @@ impl Sanitizer {
             }
             self.parser.step(input[i], &mut self.line, out);
             i += 1;
+        }
+    }
+
+    /// Like [`feed`](Self::feed), but every byte through the state machine alone: what the
+    /// fast paths must agree with.
+    #[cfg(test)]
+    fn feed_bytewise(&mut self, input: &[u8], out: &mut Vec<u8>) {
+        for &b in input {
+            self.parser.step(b, &mut self.line, out);
         }
     }
 

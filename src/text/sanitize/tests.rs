@@ -620,3 +620,133 @@ proptest! {
         }
     }
 }
+
+/// Pieces of colour-heavy terminal output: SGR sequences between short runs of text, with
+/// the controls, erases, moves and (broken) UTF-8 that the fast paths must get right too.
+fn colour_piece() -> impl Strategy<Value = Vec<u8>> {
+    const SEQUENCES: &[&[u8]] = &[
+        b"\x1b[m",
+        b"\x1b[0m",
+        b"\x1b[32m",
+        b"\x1b[1;33m",
+        b"\x1b[01;34m",
+        b"\x1b[38;5;208m",
+        b"\x1b[38;2;255;255;255m",
+        b"\x1b[0;1;2;3;4;5;6;7;8;9;10;11m",
+        b"\x1b[?25l",
+        b"\x1b[>0c",
+        b"\x1b[4:3m",
+        b"\x1b[K",
+        b"\x1b[0K",
+        b"\x1b[00K",
+        b"\x1b[1K",
+        b"\x1b[2K",
+        b"\x1b[0;5K",
+        b"\x1b[?K",
+        b"\x1b[G",
+        b"\x1b[5G",
+        b"\x1b[3`",
+        b"\x1b[C",
+        b"\x1b[4C",
+        b"\x1b[D",
+        b"\x1b[2D",
+        b"\x1b[ m",
+        b"\x1b[3\x7fm",
+        b"\x1b[3\nm",
+        b"\x1b[",
+        b"\x1b",
+        b"\x1b]0;title\x07",
+        b"\x1b]8;;http://x\x1b\\",
+        b"\x1b(B",
+        b"\r",
+        b"\r\n",
+        b"\n",
+        b"\n\n",
+        b"\t",
+        b"\x08",
+        b"\x07",
+        b"\x00",
+        b"\x18",
+        b"\x7f",
+        "é".as_bytes(),
+        "€uro".as_bytes(),
+        "😀".as_bytes(),
+        "\u{85}".as_bytes(),
+        b"\xe2\x82",
+        b"\xf0\x9f\x98",
+        b"\xac",
+        b"\xff",
+        b"\xc2\x9b",
+    ];
+    prop_oneof![
+        6 => prop::sample::select(SEQUENCES).prop_map(<[u8]>::to_vec),
+        1 => (0usize..80, prop::sample::select(b"mKGC".to_vec()))
+            .prop_map(|(n, fin)| [&b"\x1b["[..], &b"1;".repeat(n), &[fin]].concat()),
+        4 => (0usize..24, any::<u8>()).prop_map(|(n, c)| vec![b'a' + c % 26; n]),
+        1 => (24usize..200).prop_map(|n| (0..n).map(|k| b' ' + (k % 95) as u8).collect()),
+    ]
+}
+
+fn colour_input() -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(colour_piece(), 0..300).prop_map(|p| p.concat())
+}
+
+/// The sanitizer with every byte through the state machine alone.
+fn run_bytewise(input: &[u8], limit: usize) -> Vec<u8> {
+    let mut s = Sanitizer::with_line_limit(limit);
+    let mut out = Vec::new();
+    s.feed_bytewise(input, &mut out);
+    s.finish(&mut out);
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn fast_paths_agree_with_the_state_machine(
+        input in colour_input(),
+        sizes in prop::collection::vec(prop_oneof![1usize..8, 8usize..200, 200usize..5000], 1..6),
+        limit in prop::sample::select(vec![5usize, 17, 64, 300, LINE_LIMIT]),
+    ) {
+        let expected = run_bytewise(&input, limit);
+        prop_assert_eq!(&san_limit(&input, limit), &expected);
+        let chunks = chunked(&input, &sizes);
+        let refs: Vec<&[u8]> = chunks.iter().map(Vec::as_slice).collect();
+        prop_assert_eq!(&run_chunks(Sanitizer::with_line_limit(limit), &refs), &expected);
+        // The held part never passes the bound.
+        let mut s = Sanitizer::with_line_limit(limit);
+        let mut out = Vec::new();
+        for c in &refs {
+            s.feed(c, &mut out);
+            prop_assert!(s.line.held().len() <= limit);
+        }
+    }
+}
+
+#[test]
+fn recordings_agree_with_the_state_machine() {
+    let recordings: &[&[u8]] = &[
+        include_bytes!("../../../tests/data/corpus/git-log-color.raw"),
+        include_bytes!("../../../tests/data/corpus/ls-color.raw"),
+        include_bytes!("../../../tests/data/corpus/grep-color.raw"),
+        include_bytes!("../../../tests/data/corpus/man-ls-overstrike.raw"),
+        include_bytes!("../../../tests/data/corpus/cargo-build-tty.raw"),
+        include_bytes!("../../../tests/data/corpus/vim-edit-session.raw"),
+    ];
+    for (n, &recording) in recordings.iter().enumerate() {
+        // As the benchmark repeats it.
+        let input = recording.repeat(2);
+        for limit in [40, 300, LINE_LIMIT] {
+            let expected = run_bytewise(&input, limit);
+            for size in [1, 7, 100, 4093, 65_536] {
+                let chunks: Vec<&[u8]> = input.chunks(size).collect();
+                let ours = run_chunks(Sanitizer::with_line_limit(limit), &chunks);
+                assert!(
+                    ours == expected,
+                    "recording {n}, limit {limit}, reads of {size}"
+                );
+            }
+        }
+    }
+}
