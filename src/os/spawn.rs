@@ -92,13 +92,52 @@ struct CloneArgs {
     cgroup: u64,
 }
 
-/// Starts a job's shell and returns its pid. The shell starts with no signal blocked, in
-/// its own session, in the job's cgroup (created there by `clone3(CLONE_INTO_CGROUP)`:
-/// joining one by writing `cgroup.procs` takes a lock that waits for an RCU grace period,
-/// milliseconds per job; where clone3 is refused, a fork joins it the old way), then with
-/// the user's groups, gid and uid, killed if its supervisor dies. A failure in the child
-/// before exec comes back as the error.
-pub fn spawn_job(job: JobStart) -> io::Result<i32> {
+/// A job's shell forked and on its way to exec: its pid is known, whether the exec
+/// happened is not yet (see [`Started::exec_done`]).
+pub struct Started {
+    /// The shell's pid.
+    pub pid: i32,
+    /// Closed by the exec (close-on-exec); before it, the child's failure report.
+    report: OwnedFd,
+}
+
+impl Started {
+    /// Waits until the child has exec'd the shell (`Ok(pid)`), or reports the step that
+    /// failed before (the child is then reaped).
+    pub fn exec_done(self) -> io::Result<i32> {
+        let mut buf = [0u8; 8];
+        let mut got = 0;
+        while got < 8 {
+            match nix::unistd::read(&self.report, &mut buf[got..]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if got == 8 {
+            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(self.pid), None);
+            let step = i32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]]);
+            let errno = i32::from_ne_bytes([buf[4], buf[5], buf[6], buf[7]]);
+            return Err(SpawnError {
+                step: Step::from(step),
+                error: io::Error::from_raw_os_error(errno),
+            }
+            .into());
+        }
+        Ok(self.pid)
+    }
+}
+
+/// Starts a job's shell: forks it, and the caller gets its pid while it execs (so the
+/// record can be written meanwhile), then learns from [`Started::exec_done`] whether the
+/// exec happened. The shell starts with no signal blocked, in its own session, in the
+/// job's cgroup (created there by `clone3(CLONE_INTO_CGROUP)`: joining one by writing
+/// `cgroup.procs` takes a lock that waits for an RCU grace period, milliseconds per job;
+/// where clone3 is refused, a fork joins it the old way), then with the user's groups, gid
+/// and uid, killed if its supervisor dies. A failure in the child before exec comes back as
+/// [`Started::exec_done`]'s error.
+pub fn start_job(job: JobStart) -> io::Result<Started> {
     let parent = std::process::id() as i32;
     let argv: Vec<*const libc::c_char> = job
         .argv
@@ -172,32 +211,14 @@ pub fn spawn_job(job: JobStart) -> io::Result<i32> {
         }
     }
     drop(err_w);
+    // The child has its own copies of everything it uses: the parent's go now.
     drop(job);
-    // EOF: the exec happened. Eight bytes: the step that failed before it, and its errno.
-    let mut buf = [0u8; 8];
-    let mut got = 0;
-    while got < 8 {
-        match nix::unistd::read(&err_r, &mut buf[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    if got == 8 {
-        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
-        let step = i32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]]);
-        let errno = i32::from_ne_bytes([buf[4], buf[5], buf[6], buf[7]]);
-        return Err(SpawnError {
-            step: Step::from(step),
-            error: io::Error::from_raw_os_error(errno),
-        }
-        .into());
-    }
-    Ok(pid)
+    // EOF on `report`: the exec happened. Eight bytes: the step that failed before it, and
+    // its errno.
+    Ok(Started { pid, report: err_r })
 }
 
-/// Where the child of [`spawn_job`] failed.
+/// Where the child of [`start_job`] failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(i32)]
 pub enum Step {
@@ -248,7 +269,7 @@ impl From<SpawnError> for io::Error {
     }
 }
 
-/// The child's side of [`spawn_job`]: plain data, borrowed from the parent's copy.
+/// The child's side of [`start_job`]: plain data, borrowed from the parent's copy.
 #[derive(Clone, Copy)]
 struct Child<'a> {
     argv: &'a [*const libc::c_char],

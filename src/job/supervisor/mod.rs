@@ -117,10 +117,10 @@ fn detach_stdio() {
     }
 }
 
-/// Records a job that could not be started at all (when the spec named its record),
-/// and puts its folder in place so the caller and readers see why.
+/// Records a job that could not be started at all (when the spec named its record): in
+/// its staging folder, which is then put in place so the caller and readers see why, or
+/// in its folder if the record was already published.
 fn fail_record(store: &Store, id: &JobId, rec: Option<JobRecord>, msg: &str) {
-    let staging = store.staging_dir(id);
     let Some(mut rec) = rec else { return };
     if let Some(cg) = JobCgroup::existing(id.as_str()) {
         cg.remove();
@@ -128,14 +128,25 @@ fn fail_record(store: &Store, id: &JobId, rec: Option<JobRecord>, msg: &str) {
     rec.status = Status::Failed;
     rec.reason = Some(format!("the agent could not start the job: {msg}"));
     rec.ended_at = Some(crate::text::timefmt::now());
-    let _ = fs::remove_file(staging.join(FINAL_RECORD));
+    let staging = store.staging_dir(id);
+    let published = !staging.exists();
+    let dir = if published {
+        store.job_dir(id)
+    } else {
+        staging.clone()
+    };
+    let _ = fs::remove_file(dir.join(FINAL_RECORD));
+    let _ = fs::remove_file(dir.join(crate::job::control::SOCKET));
     let _ = fs::remove_file(store.running_marker(id));
-    let _ = fs::remove_file(staging.join(RECORD));
-    let _ = fs::remove_file(staging.join(crate::job::control::SOCKET));
-    let written = store
-        .write_first_record(&staging, &rec)
-        .and_then(|()| File::open(staging.join(RECORD))?.sync_all())
-        .and_then(|()| store.publish(id));
+    let written = if published {
+        store.write_record(&rec)
+    } else {
+        let _ = fs::remove_file(staging.join(RECORD));
+        store
+            .write_first_record(&staging, &rec)
+            .and_then(|()| File::open(staging.join(RECORD))?.sync_all())
+            .and_then(|()| store.publish(id))
+    };
     if written.is_ok() {
         crate::state::events::record(store.root(), crate::state::events::ENDED, &rec);
     }
@@ -330,7 +341,7 @@ impl Supervisor {
                 c(kv, "the environment")
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let shell = crate::os::spawn::spawn_job(crate::os::spawn::JobStart {
+        let started = crate::os::spawn::start_job(crate::os::spawn::JobStart {
             argv: vec![
                 c(b"/bin/sh".to_vec(), "the shell")?,
                 c(b"-c".to_vec(), "the shell")?,
@@ -350,7 +361,7 @@ impl Supervisor {
             controlling_tty: spec.pty.is_some(),
         })
         .map_err(|e| e.to_string())?;
-        let _ = me;
+        let shell = started.pid;
         let mut rec = rec;
         rec.pid = Some(shell);
         rec.pgid = Some(shell);
@@ -381,6 +392,10 @@ impl Supervisor {
         if let Some(c) = &mut control {
             c.moved_to(&store.job_dir(id));
         }
+        // The record is written while the child execs the shell (on another core, when
+        // there is one): whether the exec happened is known only now.
+        *first = Some(rec.clone());
+        started.exec_done().map_err(|e| e.to_string())?;
         let cap = spec.max_output_bytes;
         Ok(Supervisor {
             store: store.clone(),

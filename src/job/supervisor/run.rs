@@ -140,6 +140,11 @@ impl Supervisor {
             }
             if shell_status.is_some() && ending.is_none() {
                 ending = Some((End::ShellExited, Instant::now()));
+                // Most shells leave nothing behind: then there is nothing to signal or
+                // wait for, and the job ends now.
+                if !self.any_alive() {
+                    break;
+                }
                 self.signal_all(Signal::SIGTERM);
             }
         }
