@@ -198,8 +198,115 @@ fn receive(sock: BorrowedFd<'_>, max_fds: usize) -> io::Result<(Vec<u8>, Vec<Own
     Ok((buf, fds))
 }
 
-/// The server's loop: one request at a time until the socket closes.
+/// A request's state root and job id.
+fn parse_request(req: &[u8]) -> Result<(PathBuf, &str), &'static str> {
+    use std::os::unix::ffi::OsStrExt;
+    let sep = req
+        .iter()
+        .position(|&b| b == 0)
+        .ok_or("malformed request")?;
+    let root = PathBuf::from(std::ffi::OsStr::from_bytes(&req[..sep]));
+    let id = std::str::from_utf8(&req[sep + 1..]).map_err(|_| "malformed id")?;
+    Ok((root, id))
+}
+
+/// A supervisor forked ahead of demand: a process waiting for one request, so that a
+/// start's path holds no fork (as a warm zygote does). It holds nothing of any job while
+/// it waits.
+struct Spare {
+    /// Where its request goes.
+    sock: OwnedFd,
+    /// The read end of its stdout, the launcher's channel.
+    out: File,
+}
+
+/// The fd a spare waits for its request on.
+const SPARE_REQUEST: RawFd = 3;
+
+/// Forks a [`Spare`]. Called from the server's single-threaded loop.
+fn fork_spare(entry: Entry) -> io::Result<Spare> {
+    let (ours, theirs) = socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )?;
+    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    // SAFETY: the server is single-threaded; the child runs ordinary Rust code and ends
+    // in _exit.
+    match unsafe { libc::fork() } {
+        -1 => Err(io::Error::last_os_error()),
+        0 => unsafe {
+            // SAFETY (the whole block): fd juggling on fds this new process owns, then
+            // the entry; never returns.
+            // Only its stdout and its request socket stay open: whatever the server held
+            // (its socket to `serve`, a job's fds) must not be held by a waiting spare.
+            if super::spawn::place_fds(&[(w.as_raw_fd(), 1), (theirs.as_raw_fd(), SPARE_REQUEST)])
+                .is_err()
+            {
+                libc::_exit(1);
+            }
+            libc::syscall(
+                libc::SYS_close_range,
+                SPARE_REQUEST as u32 + 1,
+                u32::MAX,
+                0u32,
+            );
+            std::mem::forget((ours, theirs, r, w));
+            libc::setsid();
+            libc::signal(libc::SIGCHLD, libc::SIG_DFL);
+            libc::prctl(libc::PR_SET_NAME, c"gitterm-spare".as_ptr(), 0, 0, 0);
+            let request = BorrowedFd::borrow_raw(SPARE_REQUEST);
+            // EOF: the server is gone, and so is this spare's reason to be.
+            let code = match receive(request, 3) {
+                Ok((req, fds)) if !req.is_empty() => run_spare(entry, &req, &fds),
+                _ => 0,
+            };
+            libc::_exit(code)
+        },
+        _ => {
+            drop(theirs);
+            drop(w);
+            Ok(Spare {
+                sock: ours,
+                out: File::from(r),
+            })
+        }
+    }
+}
+
+/// A spare's request: the fds on their places (as [`fork_entry`] puts them), then the
+/// entry. Runs in the spare only.
+fn run_spare(entry: Entry, req: &[u8], fds: &[OwnedFd]) -> i32 {
+    let Ok((root, id)) = parse_request(req) else {
+        return 1;
+    };
+    let (Some(lock), Some(spec)) = (fds.first(), fds.get(1)) else {
+        return 1;
+    };
+    let Ok(null) = File::options().read(true).write(true).open("/dev/null") else {
+        return 1;
+    };
+    let stdin = fds.get(2).map_or(null.as_raw_fd(), |f| f.as_raw_fd());
+    let places = [
+        (stdin, 0),
+        (null.as_raw_fd(), 2),
+        (lock.as_raw_fd(), LOCK),
+        (spec.as_raw_fd(), SPEC),
+    ];
+    if super::spawn::place_fds(&places).is_err() {
+        return 1;
+    }
+    // SAFETY: naming this process; no memory is handed over.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"gitterm-superv".as_ptr(), 0, 0, 0) };
+    entry(&root, id)
+}
+
+/// The server's loop: one request at a time until the socket closes. Each request goes
+/// to the spare forked after the previous one (or to a fork made now, should forking a
+/// spare have failed).
 fn serve(entry: Entry, sock: OwnedFd) {
+    let mut spare = fork_spare(entry).ok();
     loop {
         let Ok((req, fds)) = receive(sock.as_fd(), 3) else {
             return;
@@ -207,29 +314,38 @@ fn serve(entry: Entry, sock: OwnedFd) {
         if req.is_empty() && fds.is_empty() {
             return; // the parent is gone
         }
-        let reply = (|| {
-            let sep = req
-                .iter()
-                .position(|&b| b == 0)
-                .ok_or("malformed request")?;
-            use std::os::unix::ffi::OsStrExt;
-            let root = PathBuf::from(std::ffi::OsStr::from_bytes(&req[..sep]));
-            let id = std::str::from_utf8(&req[sep + 1..]).map_err(|_| "malformed id")?;
-            let (Some(lock), Some(spec)) = (fds.first(), fds.get(1)) else {
-                return Err("no lock or spec passed");
-            };
-            fork_entry(
-                entry,
-                &root,
-                id,
-                lock.as_fd(),
-                spec.as_fd(),
-                fds.get(2).map(|f| f.as_fd()),
+        let handed = spare.take().and_then(|s| {
+            let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
+            sendmsg::<()>(
+                s.sock.as_raw_fd(),
+                &[IoSlice::new(&req)],
+                &[ControlMessage::ScmRights(&raw)],
+                MsgFlags::empty(),
+                None,
             )
-            .map(|(_, r)| r)
-            .map_err(|_| "fork failed")
-        })();
-        let _ = match reply {
+            .ok()
+            .map(|_| s.out)
+        });
+        let reply = match handed {
+            Some(out) => Ok(out),
+            None => (|| {
+                let (root, id) = parse_request(&req)?;
+                let (Some(lock), Some(spec)) = (fds.first(), fds.get(1)) else {
+                    return Err("no lock or spec passed");
+                };
+                fork_entry(
+                    entry,
+                    &root,
+                    id,
+                    lock.as_fd(),
+                    spec.as_fd(),
+                    fds.get(2).map(|f| f.as_fd()),
+                )
+                .map(|(_, r)| r)
+                .map_err(|_| "fork failed")
+            })(),
+        };
+        let _ = match &reply {
             Ok(r) => sendmsg::<()>(
                 sock.as_raw_fd(),
                 &[IoSlice::new(OK)],
@@ -245,5 +361,10 @@ fn serve(entry: Entry, sock: OwnedFd) {
                 None,
             ),
         };
+        // The job's fds (its lock above all) are closed before the next spare is forked:
+        // a spare holding a job's lock would pass for its supervisor.
+        drop(reply);
+        drop(fds);
+        spare = fork_spare(entry).ok();
     }
 }
