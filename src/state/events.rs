@@ -191,8 +191,10 @@ impl Journal {
             base += len;
             len = 0;
         }
+        // Readable too: the check below reads the last byte.
         let mut f = OpenOptions::new()
             .create(true)
+            .read(true)
             .append(true)
             .mode(0o600)
             .custom_flags(libc::O_CLOEXEC)
@@ -453,6 +455,29 @@ mod tests {
         assert_eq!(rest.events[0].event, ev(41));
         let kept = j.read(first, 1000, None).unwrap().events.len();
         assert_eq!(kept, 30);
+    }
+
+    /// A line cut short (a full disk, a crash mid-write) does not swallow the next event:
+    /// the append ends it first, and readers skip the torn line.
+    #[test]
+    fn an_append_after_a_torn_line_stands_alone() {
+        let d = tempfile::tempdir().unwrap();
+        let j = Journal::with_boot(d.path(), "boot-a");
+        j.append(&ev(0)).unwrap();
+        let mut torn = serde_json::to_vec(&ev(1)).unwrap();
+        torn.truncate(torn.len() / 2);
+        let mut f = OpenOptions::new().append(true).open(j.path(0)).unwrap();
+        f.write_all(&torn).unwrap();
+        drop(f);
+        j.append(&ev(2)).unwrap();
+        let got: Vec<Event> = j
+            .read(0, 10, None)
+            .unwrap()
+            .events
+            .into_iter()
+            .map(|e| e.event)
+            .collect();
+        assert_eq!(got, vec![ev(0), ev(2)]);
     }
 
     /// Writes `n` events as segments of one line each, by naming segments by hand (the
