@@ -131,10 +131,12 @@ fn exec(
     let mut deadline = wait.map(|w| Instant::now() + Duration::from_secs_f64(w));
     let mut stream = !json && !detached;
     let mut off = 0;
+    let mut first = Some(rec);
     let rec = loop {
         match watch(
             store,
             &id,
+            first.take(),
             stream.then_some(&mut off),
             deadline,
             &interrupted,

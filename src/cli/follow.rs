@@ -36,12 +36,14 @@ impl Waiter {
 }
 
 /// Waits until job `id` has ended or `deadline` passes; with `print`, prints its output
-/// from that offset on as it comes (all of it, once the job has ended). Once `interrupted`
-/// is set, asks the job's supervisor (once) to cancel it. Returns the last record read, or
-/// `None` when stdout was closed.
+/// from that offset on as it comes (all of it, once the job has ended). `first` is a
+/// settled record just read (the start's), used for the first look instead of reading
+/// it again. Once `interrupted` is set, asks the job's supervisor (once) to cancel it.
+/// Returns the last record read, or `None` when stdout was closed.
 pub fn watch(
     store: &Store,
     id: &JobId,
+    mut first: Option<JobRecord>,
     mut print: Option<&mut u64>,
     deadline: Option<Instant>,
     interrupted: &AtomicBool,
@@ -50,7 +52,10 @@ pub fn watch(
     let mut cancel_sent = false;
     loop {
         // Read the record before the output: if it says "ended", all output is on disk.
-        let rec = crate::job::settle::load(store, id)?;
+        let rec = match first.take() {
+            Some(rec) => rec,
+            None => crate::job::settle::load(store, id)?,
+        };
         if let Some(off) = print.as_deref_mut()
             && !print_from(store, id, off)?
         {
@@ -91,9 +96,13 @@ fn print_from(store: &Store, id: &JobId, off: &mut u64) -> Result<bool> {
             *off
         )));
     }
+    if *off == len {
+        return Ok(true);
+    }
     f.seek(SeekFrom::Start(*off)).map_err(io)?;
     let mut stdout = std::io::stdout().lock();
-    let mut buf = vec![0u8; 1 << 20];
+    // Large blocks for a large log; no more than it holds for a short one.
+    let mut buf = vec![0u8; (len - *off).clamp(64 << 10, 1 << 20) as usize];
     // An offset given in the middle of a character starts at the next one.
     let mut first = *off > 0;
     loop {

@@ -34,6 +34,7 @@ pub fn run(a: Args) -> Result<i32> {
     watch(
         &store,
         &id,
+        None,
         Some(&mut off),
         deadline,
         &AtomicBool::new(false),

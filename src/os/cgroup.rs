@@ -9,9 +9,18 @@ pub struct JobCgroup {
     path: PathBuf,
 }
 
-/// Where cgroup v2 is mounted, if anywhere.
+/// Where cgroup v2 is mounted, if anywhere: one of the two usual places when the
+/// filesystem there says it is cgroup2 (a statfs each, where the mount table of a
+/// container can run to hundreds of lines), else the first such mount in the table.
 pub fn cgroup2_mount() -> Option<PathBuf> {
-    let mounts = fs::read_to_string("/proc/self/mounts").ok()?;
+    for usual in ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"] {
+        if nix::sys::statfs::statfs(usual)
+            .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC)
+        {
+            return Some(PathBuf::from(usual));
+        }
+    }
+    let mounts = super::proc::read_kernel_file("/proc/self/mounts").ok()?;
     mounts.lines().find_map(|l| {
         let mut f = l.split_whitespace();
         let (_dev, dir, kind) = (f.next()?, f.next()?, f.next()?);
@@ -26,7 +35,7 @@ fn jobs_base() -> Option<&'static PathBuf> {
     static BASE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
     BASE.get_or_init(|| {
         let mount = cgroup2_mount()?;
-        let own = fs::read_to_string("/proc/self/cgroup").ok()?;
+        let own = super::proc::read_kernel_file("/proc/self/cgroup").ok()?;
         let rel = own
             .lines()
             .find_map(|l| l.strip_prefix("0::"))?
@@ -170,5 +179,28 @@ impl JobCgroup {
     /// The folder.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The statfs shortcut names a place the mount table lists as cgroup2, and finds one
+    /// whenever the table has one.
+    #[test]
+    fn the_shortcut_agrees_with_the_mount_table() {
+        let table = super::super::proc::read_kernel_file("/proc/self/mounts").unwrap();
+        let listed: Vec<PathBuf> = table
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(f[1]))
+            })
+            .collect();
+        match cgroup2_mount() {
+            Some(p) => assert!(listed.contains(&p), "{p:?} is not among {listed:?}"),
+            None => assert!(listed.is_empty(), "missed {listed:?}"),
+        }
     }
 }

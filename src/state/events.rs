@@ -176,13 +176,22 @@ impl Journal {
     pub fn append(&self, ev: &Event) -> io::Result<()> {
         let mut line = serde_json::to_vec(ev).map_err(io::Error::other)?;
         line.push(b'\n');
-        crate::state::fsutil::ensure_private_dir(&self.dir)?;
-        let lock = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(self.dir.join("lock"))?;
+        let open_lock = || {
+            OpenOptions::new()
+                .create(true)
+                .append(true)
+                .mode(0o600)
+                .custom_flags(libc::O_CLOEXEC)
+                .open(self.dir.join("lock"))
+        };
+        // The folder is made by the first append (the state root above it is private).
+        let lock = match open_lock() {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                crate::state::fsutil::ensure_private_dir(&self.dir)?;
+                open_lock()?
+            }
+            r => r?,
+        };
         lock.lock()?;
         let segs = self.segments();
         let mut base = segs.last().copied().unwrap_or(0);

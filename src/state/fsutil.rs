@@ -7,11 +7,22 @@ use std::path::{Path, PathBuf};
 
 /// Creates a folder (and parents) with mode 0700, and tightens it if it already existed.
 pub fn ensure_private_dir(path: &Path) -> io::Result<()> {
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(path)?;
+    // One mkdir and one stat where the folder is there (every start asks for several).
+    match fs::DirBuilder::new().mode(0o700).create(path) {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(path)?,
+        r => r?,
+    }
     let meta = fs::metadata(path)?;
+    if !meta.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotADirectory,
+            format!("{} is not a folder", path.display()),
+        ));
+    }
     if meta.permissions().mode() & 0o777 != 0o700 {
         fs::set_permissions(path, fs::Permissions::from_mode(0o700))?;
     }
@@ -119,6 +130,22 @@ impl Reserved {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn private_dirs_are_made_nested_tightened_and_never_a_file() {
+        let d = tempfile::tempdir().unwrap();
+        let nested = d.path().join("a/b/c");
+        ensure_private_dir(&nested).unwrap();
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&nested), 0o700);
+        fs::set_permissions(&nested, fs::Permissions::from_mode(0o755)).unwrap();
+        ensure_private_dir(&nested).unwrap();
+        assert_eq!(mode(&nested), 0o700);
+        let file = d.path().join("f");
+        fs::write(&file, b"x").unwrap();
+        let e = ensure_private_dir(&file).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotADirectory, "{e}");
+    }
 
     #[test]
     fn atomic_write_replaces_and_leaves_no_temp() {
