@@ -398,6 +398,21 @@ def py_spawn(n):
     return ts
 
 
+def create_probe(folder, n, start):
+    """New empty files in the serve's state folder, kept: what one of a start's four new
+    files costs here right now. On ext4 without a journal this swings from ~15 us to
+    ~1 ms with how many inodes the folder's block group freed lately (the allocator
+    skips those), so it is printed beside the figures it moves."""
+    d = os.path.join(folder, "create-probe")
+    os.makedirs(d, exist_ok=True)
+    ts = []
+    for i in range(start, start + n):
+        t = time.perf_counter_ns()
+        os.close(os.open(os.path.join(d, str(i)), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        ts.append((time.perf_counter_ns() - t) / 1e6)
+    return ts
+
+
 def fsync_probe(folder, n):
     """A small file written and fsynced, and its folder fsynced: what one durable record
     write costs on this disk right now (not a floor, a reference)."""
@@ -721,7 +736,7 @@ def bench_spawn(cfg, exe, ours, spawn_c, res):
     conn = ours.conn()
     body = {"command": "true", "waitSeconds": 30}
     ok = lambda p: json.loads(p)["status"] == "succeeded"  # noqa: E731
-    api, cli, bare, floor_c, floor_py, floor_sub, fsyncs, cg, opens = [], [], [], [], [], [], [], {}, 0
+    api, cli, bare, floor_c, floor_py, floor_sub, fsyncs, creates, cg, opens = [], [], [], [], [], [], [], [], {}, 0
     time_calls(conn, "POST", "/v1/jobs", body, 0, warm=10)
     run_timed([exe, "exec", "--", "true"], env, 5)
     per = max(1, cfg.calls // cfg.rounds)
@@ -741,10 +756,12 @@ def bench_spawn(cfg, exe, ours, spawn_c, res):
         else:
             cli += run_timed([exe, "exec", "--", "true"], env, per)
         fsyncs += fsync_probe(cfg.top, 10)
+        creates += create_probe(ours.home, 10, len(creates))
         for k, v in cgroup_refs(spawn_c, max(5, per // 4)).items():
             cg.setdefault(k, []).extend(v)
     conn.close()
-    res["floor"] = {"cSpawnMs": floor_c, "pySpawnMs": floor_py, "pySubprocessMs": floor_sub, "fsyncMs": fsyncs, **cg}
+    res["floor"] = {"cSpawnMs": floor_c, "pySpawnMs": floor_py, "pySubprocessMs": floor_sub, "fsyncMs": fsyncs,
+                    "createMs": creates, **cg}
     res["api"] = {"trueMs": api, "connectionsOpened": opens}
     res["cli"] = {"trueMs": cli, "versionMs": bare, "timedBy": "C spawn" if spawn_c else "py subprocess"}
     shutil.rmtree(cli_home, ignore_errors=True)
@@ -1074,6 +1091,10 @@ def notes(res, cfg, peers):
         out.append("floor: no C compiler, python os.posix_spawn used (it adds its own overhead)")
     out.append(f"disk: a small file written, fsynced, and its folder fsynced: p50 {fmt_ms(med(fl['fsyncMs']))}, "
                f"p95 {fmt_ms(pct(fl['fsyncMs'], 0.95))} (a job's durable record writes pay this several times)")
+    if fl.get("createMs"):
+        out.append(f"disk: an empty file created in the serve's state folder: p50 {med(fl['createMs']) * 1e3:.0f} us, "
+                   f"p95 {pct(fl['createMs'], 0.95) * 1e3:.0f} us (a start creates four; ext4 without a journal "
+                   "makes this slow where the folder's block group freed many inodes lately)")
     if fl.get("cgroupMoveMs") or fl.get("cgroupClone3Ms"):
         mv, cl = fl.get("cgroupMoveMs"), fl.get("cgroupClone3Ms")
         out.append("C sh -c true in a fresh cgroup (mkdir, spawn, wait, rmdir): moved in by a cgroup.procs write p50 "
