@@ -5,9 +5,11 @@ sandbox agents installed into a temporary folder for the run:
 
 - `POST /v1/jobs` of `true`, waited, over one kept-alive HTTP/1.1 connection (p50, p95)
   against a bare posix_spawn of `/bin/sh -c true` + wait from a small C program;
-- `exec -- true` (the CLI, start to exit) against the same floor;
+- `exec -- true` (the CLI, start to exit), spawned and timed by the same C program,
+  against the same floor, and the binary's own start (`--version`) beside it;
 - capture through the API: `head -c 50000000 /dev/urandom | base64` (~67 MB) started,
-  waited and read back whole, against the peers' one call returning the output;
+  waited and read back whole, against the peers' one call returning the output and the
+  same command into `| cat > file`;
 - capture to a file through `exec` (16 secrets): 200 MB of plain text and 200 MB of
   colour-heavy text, against `CMD > file` and `CMD | cat > file`;
 - idle `serve` memory, supervisor memory per running job (1,000 `sleep 30` jobs), and
@@ -16,7 +18,9 @@ sandbox agents installed into a temporary folder for the run:
 Usage: scripts/bench.py [--quick] [--peers] [--json FILE] [BINARY]
 (BINARY: default the static build from scripts/build-static.sh.) --quick runs fewer
 iterations and smaller captures (well under a minute without peers). Figures depend on
-the machine and its load: run it twice before believing a ratio."""
+the machine and its load (and, on ext4 without a journal, on the state folder's block
+group: the run prints what a new file there costs): run it twice before believing a
+ratio."""
 import argparse
 import concurrent.futures
 import glob
