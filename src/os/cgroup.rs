@@ -21,7 +21,12 @@ pub fn cgroup2_mount() -> Option<PathBuf> {
         }
     }
     let mounts = super::proc::read_kernel_file("/proc/self/mounts").ok()?;
-    mounts.lines().find_map(|l| {
+    cgroup2_mounts_in(&mounts).next()
+}
+
+/// The cgroup2 mount points a mount table (`/proc/self/mounts`) lists, in its order.
+fn cgroup2_mounts_in(table: &str) -> impl Iterator<Item = PathBuf> + '_ {
+    table.lines().filter_map(|l| {
         let mut f = l.split_whitespace();
         let (_dev, dir, kind) = (f.next()?, f.next()?, f.next()?);
         (kind == "cgroup2").then(|| PathBuf::from(dir))
@@ -191,13 +196,7 @@ mod tests {
     #[test]
     fn the_shortcut_agrees_with_the_mount_table() {
         let table = super::super::proc::read_kernel_file("/proc/self/mounts").unwrap();
-        let listed: Vec<PathBuf> = table
-            .lines()
-            .filter_map(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                (f.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(f[1]))
-            })
-            .collect();
+        let listed: Vec<PathBuf> = cgroup2_mounts_in(&table).collect();
         match cgroup2_mount() {
             Some(p) => assert!(listed.contains(&p), "{p:?} is not among {listed:?}"),
             None => assert!(listed.is_empty(), "missed {listed:?}"),
