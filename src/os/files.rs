@@ -453,14 +453,19 @@ pub fn open_read(p: &Place) -> io::Result<(File, FileStat)> {
     Ok((File::from(fd), st))
 }
 
-/// The names in a folder place, sorted bytewise.
-pub fn names(p: &Place) -> io::Result<Vec<Vec<u8>>> {
-    let fd = openat(
+/// The folder at place `p`, opened readable; a symlink there is refused, not followed.
+fn open_folder(p: &Place) -> io::Result<OwnedFd> {
+    Ok(openat(
         &p.dir,
         p.name.as_c_str(),
         OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
         Mode::empty(),
-    )?;
+    )?)
+}
+
+/// The names in a folder place, sorted bytewise.
+pub fn names(p: &Place) -> io::Result<Vec<Vec<u8>>> {
+    let fd = open_folder(p)?;
     let mut dir = nix::dir::Dir::from_fd(fd)?;
     let mut out = Vec::new();
     for e in dir.iter() {
@@ -688,12 +693,7 @@ fn sync_dir(dir: BorrowedFd<'_>) {
 /// Creates the folder at `p` with `mode` exactly (not masked by the umask).
 pub fn mkdir(p: &Place, mode: u32) -> io::Result<()> {
     nix::sys::stat::mkdirat(&p.dir, p.name.as_c_str(), Mode::from_bits_truncate(mode))?;
-    let fd = openat(
-        &p.dir,
-        p.name.as_c_str(),
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )?;
+    let fd = open_folder(p)?;
     nix::sys::stat::fchmod(&fd, Mode::from_bits_truncate(mode))?;
     sync_dir(p.dir.as_fd());
     Ok(())
