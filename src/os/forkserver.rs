@@ -91,12 +91,7 @@ impl ForkServer {
     /// Starts the server. Call it before this process starts any thread; the server dies
     /// with its parent.
     pub fn start(entry: Entry) -> io::Result<ForkServer> {
-        let (ours, theirs) = socketpair(
-            AddressFamily::Unix,
-            SockType::SeqPacket,
-            None,
-            SockFlag::SOCK_CLOEXEC,
-        )?;
+        let (ours, theirs) = seqpacket_pair()?;
         let parent = std::process::id() as i32;
         // SAFETY: single-threaded by the caller's promise; the child runs `serve` and
         // ends in _exit.
@@ -220,17 +215,23 @@ struct Spare {
     out: File,
 }
 
+/// A connected pair of Unix sequenced-packet sockets (one request, one message), closed
+/// on exec: the server's line to `serve`, and each spare's line to the server.
+fn seqpacket_pair() -> nix::Result<(OwnedFd, OwnedFd)> {
+    socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+}
+
 /// The fd a spare waits for its request on.
 const SPARE_REQUEST: RawFd = 3;
 
 /// Forks a [`Spare`]. Called from the server's single-threaded loop.
 fn fork_spare(entry: Entry) -> io::Result<Spare> {
-    let (ours, theirs) = socketpair(
-        AddressFamily::Unix,
-        SockType::SeqPacket,
-        None,
-        SockFlag::SOCK_CLOEXEC,
-    )?;
+    let (ours, theirs) = seqpacket_pair()?;
     let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     // SAFETY: the server is single-threaded; the child runs ordinary Rust code and ends
     // in _exit.
