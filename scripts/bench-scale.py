@@ -16,6 +16,8 @@ import tempfile
 import time
 import urllib.request
 
+from bench import proc_field  # the script's own folder is on the path when it runs
+
 
 def pct(xs, p):
     xs = sorted(xs)
@@ -51,14 +53,7 @@ def time_cmd(argv, env, runs=5):
 def mem_kib(pid, field):
     """A field of /proc/PID/smaps_rollup: Rss counts shared pages in every process, Pss
     splits them between the processes that share them (the honest per-process cost)."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+    return proc_field(pid, "smaps_rollup", field)
 
 
 def main():
