@@ -8,6 +8,7 @@ use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
+use std::sync::Arc;
 
 use crate::util::*;
 
@@ -312,15 +313,40 @@ fn grandchild_holding_the_output_does_not_hold_the_job() {
 }
 
 #[test]
-fn job_starts_with_no_signal_blocked() {
-    let sb = Sandbox::new();
-    // `exec` replaces the shell, so grep shows the mask the shell was started with.
-    let out = sb.run(&["exec", "--", "exec grep ^SigBlk /proc/self/status"]);
+fn job_starts_with_no_signal_blocked_or_ignored() {
+    let sb = Arc::new(Sandbox::new());
+    // `exec` replaces the shell, so grep shows the mask and the ignored set the shell was
+    // started with: its supervisor blocks the signals it reads, ignores SIGPIPE, and
+    // starts the shell in a clone that shares its memory, with every signal blocked.
+    let show = "exec grep -E '^Sig(Blk|Ign)' /proc/self/status";
+    let clean = "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n";
+    // Started by a parent that left signals ignored, a real-time one among them (`nohup`
+    // and some runners do): the agent keeps them, its jobs must not.
+    let mut c = sb.cmd(&["exec", "--", show]);
+    // SAFETY: rt_sigaction is async-signal-safe.
+    unsafe {
+        c.pre_exec(|| {
+            let ignore: [usize; 4] = [1, 0, 0, 0]; // SIG_IGN, no flags
+            for sig in [libc::SIGHUP, libc::SIGUSR2, 33, 40] {
+                if libc::syscall(libc::SYS_rt_sigaction, sig, ignore.as_ptr(), 0usize, 8usize) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let out = sb.run_cmd(c);
     assert_eq!(out.code, Some(0), "{out:#?}");
-    assert_eq!(out.stdout, "SigBlk:\t0000000000000000\n");
-    // A background child of the shell inherits it as well.
+    assert_eq!(out.stdout, clean);
+    // A background child of the shell inherits the mask as well.
     let out = sb.run(&["exec", "--", "grep ^SigBlk /proc/self/status & wait"]);
     assert_eq!(out.stdout, "SigBlk:\t0000000000000000\n");
+    // The same through serve, whose own threads block and ignore signals of their own.
+    let s = Server::start_in(Arc::clone(&sb), "127.0.0.1:0", &[]);
+    let r = s
+        .client()
+        .post("/v1/jobs", &json!({"command": show, "waitSeconds": 30}));
+    assert_eq!(r.json()["output"], clean, "{}", r.text());
 }
 
 #[test]

@@ -75,6 +75,16 @@ pub struct JobStart {
 /// clone3's flag to create the child in the cgroup `cgroup` names (Linux 5.7).
 const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
+/// The kernel's `struct sigaction` for rt_sigaction(2); all zero is SIG_DFL, no flags.
+#[repr(C)]
+#[derive(Default)]
+struct KernelSigaction {
+    handler: usize,
+    flags: u64,
+    restorer: usize,
+    mask: u64,
+}
+
 /// `struct clone_args` of clone3(2), as far as used here.
 #[repr(C)]
 #[derive(Default)]
@@ -177,26 +187,8 @@ pub fn start_job(job: JobStart) -> io::Result<Started> {
     };
     let mut pid = -1;
     if let Some(dir) = &job.cgroup {
-        let mut args = CloneArgs {
-            flags: CLONE_INTO_CGROUP,
-            exit_signal: libc::SIGCHLD as u64,
-            cgroup: dir.as_raw_fd() as u64,
-            ..Default::default()
-        };
-        // SAFETY: clone3 without CLONE_VM is a fork; the child only runs `child.run`,
-        // which makes async-signal-safe calls on memory prepared above and never returns.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_clone3,
-                &mut args as *mut CloneArgs,
-                std::mem::size_of::<CloneArgs>(),
-            )
-        };
-        match r {
-            0 => child.run(),
-            n if n > 0 => pid = n as i32,
-            _ => {} // ENOSYS (seccomp), EINVAL, EBUSY…: fall back to a fork
-        }
+        // ENOSYS (seccomp), EINVAL, EBUSY…: fall back to a fork below.
+        pid = clone_into_cgroup(dir.as_raw_fd(), &child).unwrap_or(-1);
     }
     if pid < 0 {
         let child = Child {
@@ -216,6 +208,99 @@ pub fn start_job(job: JobStart) -> io::Result<Started> {
     // EOF on `report`: the exec happened. Eight bytes: the step that failed before it, and
     // its errno.
     Ok(Started { pid, report: err_r })
+}
+
+/// Starts `child` in the cgroup whose folder `cgroup` is open on, by clone3 with
+/// `CLONE_INTO_CGROUP`; `None` where clone3 refuses.
+#[cfg(target_arch = "x86_64")]
+fn clone_into_cgroup(cgroup: RawFd, child: &Child) -> Option<i32> {
+    // Like posix_spawn: the child shares our memory and we wait until it has exec'd (or
+    // failed), so no page table is copied and nothing of ours is copied on write later.
+    // It runs on a stack of its own; the signals are blocked meanwhile so that no handler
+    // of ours runs in it before it has put every disposition back to the default.
+    const STACK: usize = 64 << 10;
+    let mut stack: Vec<u8> = Vec::with_capacity(STACK + 16);
+    let base = stack.as_mut_ptr() as usize;
+    let low = base.next_multiple_of(16);
+    let mut args = CloneArgs {
+        flags: (libc::CLONE_VM | libc::CLONE_VFORK) as u64 | CLONE_INTO_CGROUP,
+        exit_signal: libc::SIGCHLD as u64,
+        stack: low as u64,
+        stack_size: STACK as u64,
+        cgroup: cgroup as u64,
+        ..Default::default()
+    };
+    let mut old = nix::sys::signal::SigSet::empty();
+    let _ = nix::sys::signal::pthread_sigmask(
+        nix::sys::signal::SigmaskHow::SIG_SETMASK,
+        Some(&nix::sys::signal::SigSet::all()),
+        Some(&mut old),
+    );
+    let ret: isize;
+    // SAFETY: clone3 with CLONE_VM | CLONE_VFORK returns here in the parent only once the
+    // child has exec'd or exited, so the child's use of our memory (the `Child` and the
+    // stack, both alive until then) is over. The child starts on its own stack (the
+    // kernel points rsp at its top, 16-byte aligned) and calls `vfork_child`, which never
+    // returns, so it never unwinds into this frame. rax, rcx and r11 are what the
+    // syscall clobbers.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            "test rax, rax",
+            "jnz 2f",
+            "xor ebp, ebp",
+            "mov rdi, r12",
+            "call r13",
+            "ud2",
+            "2:",
+            inlateout("rax") libc::SYS_clone3 as isize => ret,
+            in("rdi") &mut args as *mut CloneArgs,
+            in("rsi") std::mem::size_of::<CloneArgs>(),
+            in("r12") child as *const Child,
+            in("r13") vfork_child as extern "C" fn(*const Child) -> !,
+            lateout("rcx") _,
+            lateout("r11") _,
+        );
+    }
+    let _ = nix::sys::signal::pthread_sigmask(
+        nix::sys::signal::SigmaskHow::SIG_SETMASK,
+        Some(&old),
+        None,
+    );
+    drop(stack);
+    (ret > 0).then_some(ret as i32)
+}
+
+/// The child side of [`clone_into_cgroup`].
+#[cfg(target_arch = "x86_64")]
+extern "C" fn vfork_child(child: *const Child) -> ! {
+    // SAFETY: the parent's `Child`, alive while the parent waits for our exec.
+    unsafe { *child }.run()
+}
+
+/// [`clone_into_cgroup`] where there is no vfork-like path: clone3 as a fork.
+#[cfg(not(target_arch = "x86_64"))]
+fn clone_into_cgroup(cgroup: RawFd, child: &Child) -> Option<i32> {
+    let mut args = CloneArgs {
+        flags: CLONE_INTO_CGROUP,
+        exit_signal: libc::SIGCHLD as u64,
+        cgroup: cgroup as u64,
+        ..Default::default()
+    };
+    // SAFETY: clone3 without CLONE_VM is a fork; the child only runs `child.run`,
+    // which makes async-signal-safe calls on memory prepared above and never returns.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    match r {
+        0 => child.run(),
+        n if n > 0 => Some(n as i32),
+        _ => None,
+    }
 }
 
 /// Where the child of [`start_job`] failed.
@@ -294,19 +379,30 @@ impl Child<'_> {
                 libc::write(err, report.as_ptr().cast(), 8);
                 libc::_exit(127)
             };
-            // The supervisor blocks the signals it reads through its signalfd; the job
-            // must start with none blocked.
+            // Every disposition back to its default, real-time signals included: the Rust
+            // runtime ignores SIGPIPE (a job's `yes | head` must still end), the CLI that
+            // may have forked us catches INT, TERM and HUP, and whoever started the agent
+            // may have left any signal ignored (exec keeps an ignored signal ignored). The
+            // raw call: libc's wrapper may take a lock or refuse the signals it reserves,
+            // and this child may share the parent's memory.
+            let default = KernelSigaction::default();
+            for sig in 1..=64 {
+                if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                    libc::syscall(
+                        libc::SYS_rt_sigaction,
+                        sig,
+                        &default as *const KernelSigaction,
+                        std::ptr::null_mut::<KernelSigaction>(),
+                        8usize,
+                    );
+                }
+            }
+            // Only now: the supervisor blocks the signals it reads through its signalfd
+            // (and the parent all of them around a shared-memory clone); the job must
+            // start with none blocked.
             let mut empty: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut empty);
             libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-            // Every disposition back to its default: the Rust runtime ignores SIGPIPE (a
-            // job's `yes | head` must still end), and the CLI that may have forked us
-            // catches INT, TERM and HUP (exec keeps an ignored signal ignored).
-            for sig in 1..32 {
-                if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-                    libc::signal(sig, libc::SIG_DFL);
-                }
-            }
             for (target, &fd) in self.fds.iter().enumerate() {
                 // dup2 onto itself would keep close-on-exec: clear it instead.
                 let r = if fd == target as RawFd {
@@ -331,14 +427,16 @@ impl Child<'_> {
                 libc::write(fd, b"0".as_ptr().cast(), 1);
             }
             if let Some(c) = self.creds {
-                if libc::setgroups(c.groups.len(), c.groups.as_ptr()) < 0
-                    || libc::setgid(c.gid) < 0
-                    || libc::setuid(c.uid) < 0
+                // Raw calls: libc's wrappers reach every thread of a process, with locks
+                // in memory this child may share; it has one thread.
+                if libc::syscall(libc::SYS_setgroups, c.groups.len(), c.groups.as_ptr()) < 0
+                    || libc::syscall(libc::SYS_setgid, c.gid) < 0
+                    || libc::syscall(libc::SYS_setuid, c.uid) < 0
                 {
                     fail(self.err, Step::User);
                 }
                 // Dropped for good: a set-uid-root program is the only way back.
-                if c.uid != 0 && libc::setuid(0) == 0 {
+                if c.uid != 0 && libc::syscall(libc::SYS_setuid, 0) == 0 {
                     *libc::__errno_location() = libc::EPERM;
                     fail(self.err, Step::User);
                 }
