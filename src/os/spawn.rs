@@ -139,9 +139,9 @@ impl Started {
     }
 }
 
-/// Starts a job's shell: forks it, and the caller gets its pid while it execs (so the
-/// record can be written meanwhile), then learns from [`Started::exec_done`] whether the
-/// exec happened. The shell starts with no signal blocked, in its own session, in the
+/// Starts a job's shell: clones it, and the caller gets its pid (on x86-64 once it has
+/// exec'd, elsewhere while it execs), so the record can be written while the shell starts,
+/// then learns from [`Started::exec_done`] whether the exec happened. The shell starts with no signal blocked, in its own session, in the
 /// job's cgroup (created there by `clone3(CLONE_INTO_CGROUP)`: joining one by writing
 /// `cgroup.procs` takes a lock that waits for an RCU grace period, milliseconds per job;
 /// where clone3 is refused, a fork joins it the old way), then with the user's groups, gid

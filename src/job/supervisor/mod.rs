@@ -392,8 +392,8 @@ impl Supervisor {
         if let Some(c) = &mut control {
             c.moved_to(&store.job_dir(id));
         }
-        // The record is written while the child execs the shell (on another core, when
-        // there is one): whether the exec happened is known only now.
+        // The record is written while the shell starts (on another core, when there is
+        // one): whether its exec happened is known only now.
         *first = Some(rec.clone());
         started.exec_done().map_err(|e| e.to_string())?;
         let cap = spec.max_output_bytes;
