@@ -1,7 +1,8 @@
 //! The server's view of the events journal: one inotify watch on its folder wakes every
 //! reader waiting for the next event (each reads the journal at its own offset, so a slow
-//! one holds up nobody), and one follower thread keeps the job counters of
-//! `GET /v1/metrics` from the journal, rebuilt from what is kept when the server starts.
+//! one holds up nobody), and the job counters of `GET /v1/metrics` are kept from the
+//! journal (rebuilt from what is kept when the server starts): read on by each scrape,
+//! and by the watching thread at most once a second.
 //! Also the server's own request counters. A scrape reads these and two `/proc` files;
 //! it never scans the job folders.
 
@@ -17,6 +18,9 @@ use crate::state::events::{self, Journal};
 /// How long a waiter sleeps at most before looking at the journal again (should inotify
 /// miss something, or be unavailable).
 const RECHECK: Duration = Duration::from_millis(500);
+
+/// How often at most the follower thread reads the journal for the job counters.
+const FOLLOW_EVERY: Duration = Duration::from_secs(1);
 
 /// Upper bounds of the request duration histogram, in seconds.
 pub const BUCKETS: [f64; 12] = [
@@ -91,6 +95,7 @@ impl Feed {
             .name("events".into())
             .stack_size(256 << 10)
             .spawn(move || {
+                let mut last_follow = Instant::now();
                 loop {
                     match &ino {
                         Some(i) => match i.read_events() {
@@ -101,7 +106,13 @@ impl Feed {
                     }
                     f.lock().seq += 1;
                     f.cond.notify_all();
-                    f.follow();
+                    // The counters are brought up to date by every scrape; here only often
+                    // enough that a scrape never has much to read. Reading the journal on
+                    // each of a job's two events would take a core from the next job.
+                    if last_follow.elapsed() >= FOLLOW_EVERY {
+                        f.follow();
+                        last_follow = Instant::now();
+                    }
                 }
             });
         feed
