@@ -171,6 +171,19 @@ def proc_field(pid, name, field):
     return 0
 
 
+def cpu_seconds(pid):
+    """CPU time of process PID's live threads (not its children), in seconds: the sum of
+    their schedstat run times, exact to the nanosecond where /proc/PID/stat counts ticks."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total / 1e9
+
+
 def descendants(pid):
     """pid and every process below it (by /proc/*/stat's ppid)."""
     kids = {}
@@ -763,10 +776,18 @@ def bench_spawn(cfg, exe, ours, spawn_c, res):
         creates += create_probe(ours.home, 10, len(creates))
         for k, v in cgroup_refs(spawn_c, max(5, per // 4)).items():
             cg.setdefault(k, []).extend(v)
+    # serve's own share of a call, over many back to back (the start-up's housekeeping
+    # long done): what the request path and the server's threads cost, without the
+    # supervisors and shells, which are other processes.
+    cpu_calls = cfg.calls * 8
+    cpu0 = cpu_seconds(ours.proc.pid)
+    time_calls(conn, "POST", "/v1/jobs", body, cpu_calls, warm=0, check=ok)
+    serve_cpu_us = 1e6 * (cpu_seconds(ours.proc.pid) - cpu0) / cpu_calls
     conn.close()
     res["floor"] = {"cSpawnMs": floor_c, "pySpawnMs": floor_py, "pySubprocessMs": floor_sub, "fsyncMs": fsyncs,
                     "createMs": creates, **cg}
-    res["api"] = {"trueMs": api, "connectionsOpened": opens}
+    res["api"] = {"trueMs": api, "connectionsOpened": opens, "serveCpuUsPerCall": serve_cpu_us,
+                  "serveCpuCalls": cpu_calls}
     res["cli"] = {"trueMs": cli, "versionMs": bare, "timedBy": "C spawn" if spawn_c else "py subprocess"}
     shutil.rmtree(cli_home, ignore_errors=True)
 
@@ -1104,7 +1125,9 @@ def notes(res, cfg, peers):
         out.append("C sh -c true in a fresh cgroup (mkdir, spawn, wait, rmdir): moved in by a cgroup.procs write p50 "
                    f"{fmt_ms(med(mv)) if mv else 'n/a'}; born in it by clone3(CLONE_INTO_CGROUP) p50 "
                    f"{fmt_ms(med(cl)) if cl else 'n/a'}")
-    out.append(f"ours: {len(res['api']['trueMs'])} API calls over {1 + res['api']['connectionsOpened']} connection(s); "
+    out.append(f"ours: {len(res['api']['trueMs'])} API calls over {1 + res['api']['connectionsOpened']} connection(s), "
+               f"serve's own CPU {res['api']['serveCpuUsPerCall']:.0f} us per call over "
+               f"{res['api']['serveCpuCalls']} more (its threads' run time, supervisors not included); "
                f"capture read back by {res['apiCapture']['read']}; file capture with "
                f"{res['fileCapture']['secrets']} secrets, colour text: {res['fileCapture']['colourSource']}; "
                f"idle serve Pss {fmt_kib(res['idle']['pssKiB'])}")
