@@ -10,7 +10,7 @@ use nix::unistd::Pid;
 
 use crate::os::proc::{self};
 
-use super::sink::{CHUNK, Sink};
+use super::sink::{CHUNK, FIRST_READ, Sink};
 use super::{End, Supervisor};
 
 impl Supervisor {
@@ -25,7 +25,9 @@ impl Supervisor {
         let mut ending: Option<(End, Instant)> = None;
         let mut killed = false;
         let mut last_kill = started;
-        let mut buf = vec![0u8; CHUNK];
+        // Small at first, so a job that prints little never touches a large buffer (an
+        // allocator that zeroes what it hands out would make every page of it private).
+        let mut buf = vec![0u8; FIRST_READ];
 
         loop {
             let now = Instant::now();
@@ -174,7 +176,7 @@ impl Supervisor {
     }
 
     /// Reads once from the pipe; `Some(0)` at EOF, `None` when nothing was there.
-    fn read_pipe(&mut self, buf: &mut [u8]) -> Option<usize> {
+    fn read_pipe(&mut self, buf: &mut Vec<u8>) -> Option<usize> {
         let pipe = self.pipe.as_ref()?;
         let n = match nix::unistd::read(pipe, buf) {
             Ok(n) => n,
@@ -183,10 +185,11 @@ impl Supervisor {
         };
         let n = n as usize;
         if n > 0 {
-            // A full read means a flood: from then on the writing overlaps with reading
+            // A full read means more is waiting: read more at a time, up to CHUNK. A full
+            // read of CHUNK means a flood: from then on the writing overlaps with reading
             // and sanitizing on a thread of its own. A job that prints little never pays
             // for the thread.
-            if n == buf.len() && self.sink.is_inline() {
+            if n == CHUNK && self.sink.is_inline() {
                 self.sink = std::mem::replace(&mut self.sink, Sink::Moved).threaded();
             }
             if let Some(c) = &mut self.control
@@ -197,6 +200,9 @@ impl Supervisor {
             let mut chunk = self.sink.buffer();
             self.pipeline.feed(&buf[..n], &mut chunk);
             self.sink.store(chunk);
+            if n == buf.len() && n < CHUNK {
+                buf.resize((n * 4).min(CHUNK), 0);
+            }
         }
         Some(n)
     }

@@ -60,6 +60,9 @@ impl Output {
 
 /// The size of one read from the job's pipe, and of the chunks handed to the writer.
 pub(super) const CHUNK: usize = 256 * 1024;
+/// The first read's size; each read that fills the buffer makes it four times larger, up
+/// to [`CHUNK`].
+pub(super) const FIRST_READ: usize = 16 * 1024;
 
 /// The output, written here or on a writer thread: a flood is read and sanitized while the
 /// previous chunk is being written, instead of one after the other.
