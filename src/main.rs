@@ -38,6 +38,7 @@ enum Command {
 }
 
 fn main() {
+    gitterm_agent::os::alloc::init();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

@@ -90,7 +90,8 @@ pub struct ServeArgs {
 /// once, not on first read), then prunes ended jobs now and every ten minutes.
 fn start_housekeeping(store: Store, keep_jobs: usize, keep_events: usize, keep_for: Duration) {
     // Every second: a job that stopped its supervisor while nobody reads it still ends at
-    // its timeout (the supervisor is continued and finds the deadline passed).
+    // its timeout (the supervisor is continued and finds the deadline passed); and what
+    // the allocator holds free after a burst of requests goes back to the kernel.
     let watched = store.clone();
     let _ = std::thread::Builder::new()
         .name("watchdog".into())
@@ -101,6 +102,7 @@ fn start_housekeeping(store: Store, keep_jobs: usize, keep_events: usize, keep_f
                 if n > 0 {
                     log(serde_json::json!({"event": "continued", "supervisors": n}));
                 }
+                crate::os::alloc::trim();
                 std::thread::sleep(Duration::from_secs(1));
             }
         });

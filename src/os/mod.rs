@@ -3,6 +3,7 @@
 
 #![allow(unsafe_code)]
 
+pub mod alloc;
 pub mod cgroup;
 pub mod files;
 pub mod forkserver;
