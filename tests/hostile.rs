@@ -184,6 +184,53 @@ fn a_job_user_cannot_stop_its_supervisor_and_times_out_on_time() {
 }
 
 #[test]
+fn a_job_that_stops_every_process_of_its_user_cannot_hold_another_jobs_start() {
+    let Some(u) = TestUser::create("hold") else {
+        return;
+    };
+    let sb = Sandbox::new();
+    // Job A stops every process its user may signal, over and over. A job of the same
+    // user starting meanwhile can be stopped after its switch to the user and before its
+    // exec, while its supervisor waits for that exec.
+    let a = sb.start(&[
+        "--job-user",
+        &u.name,
+        "--timeout",
+        "120",
+        "--",
+        "while :; do kill -STOP -1 2>/dev/null; done",
+    ]);
+    let mut ended = 0;
+    for _ in 0..40 {
+        let out = sb.run(&[
+            "exec",
+            "--json",
+            "--job-user",
+            &u.name,
+            "--timeout",
+            "0.2",
+            "--",
+            "true",
+        ]);
+        // Every start comes back well inside the launcher's 30 s wait for its supervisor,
+        // with a job that ended (stopped after its exec, it ends at its timeout).
+        assert!(
+            out.elapsed < Duration::from_secs(15),
+            "a start took {:?}: {out:#?}",
+            out.elapsed
+        );
+        let v = out.json();
+        assert!(
+            ["succeeded", "timed_out", "failed"].contains(&v["status"].as_str().unwrap_or("")),
+            "{v:#}"
+        );
+        ended += 1;
+    }
+    assert_eq!(ended, 40);
+    let _ = sb.run(&["cancel", &id_of(&a)]);
+}
+
+#[test]
 fn a_job_user_cannot_read_the_agents_files_take_its_lock_or_leave_its_cgroup() {
     let Some(u) = TestUser::create("files") else {
         return;

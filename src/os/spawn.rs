@@ -102,6 +102,11 @@ struct CloneArgs {
     cgroup: u64,
 }
 
+/// How long [`Started::exec_done`] waits for the shell's exec.
+pub const EXEC_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How often it looks whether the child was stopped meanwhile.
+const EXEC_CHECK: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// A job's shell forked and on its way to exec: its pid is known, whether the exec
 /// happened is not yet (see [`Started::exec_done`]).
 pub struct Started {
@@ -114,10 +119,41 @@ pub struct Started {
 impl Started {
     /// Waits until the child has exec'd the shell (`Ok(pid)`), or reports the step that
     /// failed before (the child is then reaped).
+    ///
+    /// Bounded: once the child has switched to the job's user, any process of that user
+    /// (another job's) may stop it before its exec. A stopped child is continued while we
+    /// wait, and one still not exec'd after [`EXEC_WAIT`] is killed and reported.
     pub fn exec_done(self) -> io::Result<i32> {
         let mut buf = [0u8; 8];
         let mut got = 0;
+        let deadline = std::time::Instant::now() + EXEC_WAIT;
         while got < 8 {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                // Our own child, not reaped yet: the pid is still its own.
+                let pid = nix::unistd::Pid::from_raw(self.pid);
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+                let _ = nix::sys::wait::waitpid(pid, None);
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the shell did not start within {} s: it was held stopped before \
+                         its exec (by another process of the job's user?)",
+                        EXEC_WAIT.as_secs()
+                    ),
+                ));
+            }
+            if !crate::os::poll::readable(&self.report, left.min(EXEC_CHECK))? {
+                if let Some(st) = crate::os::proc::stat(self.pid)
+                    && matches!(st.state, 'T' | 't')
+                {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(self.pid),
+                        nix::sys::signal::Signal::SIGCONT,
+                    );
+                }
+                continue;
+            }
             match nix::unistd::read(&self.report, &mut buf[got..]) {
                 Ok(0) => break,
                 Ok(n) => got += n,
@@ -212,8 +248,20 @@ pub fn start_job(job: JobStart) -> io::Result<Started> {
 
 /// Starts `child` in the cgroup whose folder `cgroup` is open on, by clone3 with
 /// `CLONE_INTO_CGROUP`; `None` where clone3 refuses.
-#[cfg(target_arch = "x86_64")]
 fn clone_into_cgroup(cgroup: RawFd, child: &Child) -> Option<i32> {
+    // A child that switches to the job's user can be stopped by that user's processes
+    // before its exec, and a parent that waits for the exec inside clone could not stop
+    // waiting: such a child is forked, and its exec waited for with a bound.
+    #[cfg(target_arch = "x86_64")]
+    if child.creds.is_none() {
+        return clone_vfork_into_cgroup(cgroup, child);
+    }
+    clone_fork_into_cgroup(cgroup, child)
+}
+
+/// [`clone_into_cgroup`] sharing our memory until the child's exec.
+#[cfg(target_arch = "x86_64")]
+fn clone_vfork_into_cgroup(cgroup: RawFd, child: &Child) -> Option<i32> {
     // Like posix_spawn: the child shares our memory and we wait until it has exec'd (or
     // failed), so no page table is copied and nothing of ours is copied on write later.
     // It runs on a stack of its own; the signals are blocked meanwhile so that no handler
@@ -271,16 +319,15 @@ fn clone_into_cgroup(cgroup: RawFd, child: &Child) -> Option<i32> {
     (ret > 0).then_some(ret as i32)
 }
 
-/// The child side of [`clone_into_cgroup`].
+/// The child side of [`clone_vfork_into_cgroup`].
 #[cfg(target_arch = "x86_64")]
 extern "C" fn vfork_child(child: *const Child) -> ! {
     // SAFETY: the parent's `Child`, alive while the parent waits for our exec.
     unsafe { *child }.run()
 }
 
-/// [`clone_into_cgroup`] where there is no vfork-like path: clone3 as a fork.
-#[cfg(not(target_arch = "x86_64"))]
-fn clone_into_cgroup(cgroup: RawFd, child: &Child) -> Option<i32> {
+/// [`clone_into_cgroup`] as a fork.
+fn clone_fork_into_cgroup(cgroup: RawFd, child: &Child) -> Option<i32> {
     let mut args = CloneArgs {
         flags: CLONE_INTO_CGROUP,
         exit_signal: libc::SIGCHLD as u64,
