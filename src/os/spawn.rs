@@ -127,6 +127,7 @@ impl Started {
         let mut buf = [0u8; 8];
         let mut got = 0;
         let deadline = std::time::Instant::now() + EXEC_WAIT;
+        let mut start = None;
         while got < 8 {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() {
@@ -144,13 +145,11 @@ impl Started {
                 ));
             }
             if !crate::os::poll::readable(&self.report, left.min(EXEC_CHECK))? {
-                if let Some(st) = crate::os::proc::stat(self.pid)
-                    && matches!(st.state, 'T' | 't')
-                {
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(self.pid),
-                        nix::sys::signal::Signal::SIGCONT,
-                    );
+                if start.is_none() {
+                    start = crate::os::proc::stat(self.pid).map(|st| st.start);
+                }
+                if let Some(start) = start {
+                    crate::os::proc::continue_if_stopped(self.pid, start);
                 }
                 continue;
             }
@@ -175,13 +174,14 @@ impl Started {
     }
 }
 
-/// Starts a job's shell: clones it, and the caller gets its pid (on x86-64 once it has
-/// exec'd, elsewhere while it execs), so the record can be written while the shell starts,
-/// then learns from [`Started::exec_done`] whether the exec happened. The shell starts with no signal blocked, in its own session, in the
-/// job's cgroup (created there by `clone3(CLONE_INTO_CGROUP)`: joining one by writing
-/// `cgroup.procs` takes a lock that waits for an RCU grace period, milliseconds per job;
-/// where clone3 is refused, a fork joins it the old way), then with the user's groups, gid
-/// and uid, killed if its supervisor dies. A failure in the child before exec comes back as
+/// Starts a job's shell: clones it, and the caller gets its pid (once it has exec'd where
+/// the clone shares our memory, else while it execs), so the record can be written while
+/// the shell starts, then learns from [`Started::exec_done`] whether the exec happened.
+/// The shell starts with no signal blocked, in its own session, in the job's cgroup
+/// (created there by `clone3(CLONE_INTO_CGROUP)`: joining one by writing `cgroup.procs`
+/// takes a lock that waits for an RCU grace period, milliseconds per job; where clone3 is
+/// refused, a fork joins it the old way), then with the user's groups, gid and uid, killed
+/// if its supervisor dies. A failure in the child before exec comes back as
 /// [`Started::exec_done`]'s error.
 pub fn start_job(job: JobStart) -> io::Result<Started> {
     let parent = std::process::id() as i32;
@@ -474,16 +474,16 @@ impl Child<'_> {
                 libc::write(fd, b"0".as_ptr().cast(), 1);
             }
             if let Some(c) = self.creds {
-                // Raw calls: libc's wrappers reach every thread of a process, with locks
-                // in memory this child may share; it has one thread.
-                if libc::syscall(libc::SYS_setgroups, c.groups.len(), c.groups.as_ptr()) < 0
-                    || libc::syscall(libc::SYS_setgid, c.gid) < 0
-                    || libc::syscall(libc::SYS_setuid, c.uid) < 0
+                // Never in a clone that shares our memory (see `clone_into_cgroup`), so
+                // libc's wrappers are safe here.
+                if libc::setgroups(c.groups.len(), c.groups.as_ptr()) < 0
+                    || libc::setgid(c.gid) < 0
+                    || libc::setuid(c.uid) < 0
                 {
                     fail(self.err, Step::User);
                 }
                 // Dropped for good: a set-uid-root program is the only way back.
-                if c.uid != 0 && libc::syscall(libc::SYS_setuid, 0) == 0 {
+                if c.uid != 0 && libc::setuid(0) == 0 {
                     *libc::__errno_location() = libc::EPERM;
                     fail(self.err, Step::User);
                 }
