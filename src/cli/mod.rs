@@ -41,8 +41,10 @@ pub fn after_help() -> String {
     format!("{EXIT_STATUSES}\n\n{ENVIRONMENT}")
 }
 
-/// The local commands.
+/// The local commands. Each one's flags are built only when it runs (`defer`): building
+/// every command's arguments and help up front cost `exec` some 100 us of its start.
 #[derive(Subcommand)]
+#[command(defer = true)]
 pub enum Cmd {
     /// Run a shell command as a job; stream its output and exit with its status
     #[command(after_help = exec::after_help())]

@@ -138,21 +138,19 @@ pub fn descendants_in(root: i32, table: &[Stat]) -> Vec<Stat> {
 }
 
 /// True while the process's thread group can still run: not a zombie, or a zombie leader
-/// (it called `pthread_exit`) whose other threads live on. Only `/proc/<pid>/status`'s
-/// thread count tells the two zombies apart.
+/// (it called `pthread_exit`) whose other threads live on. Only the thread count tells
+/// the two zombies apart.
 pub fn alive(s: &Stat) -> bool {
     s.state != 'Z' || threads(s.pid) > 1
 }
 
-/// The number of threads in `pid`'s thread group (0 when it is gone).
+/// The number of threads in `pid`'s thread group (0 when it is gone). The kernel counts
+/// them into the link count of `/proc/<pid>/task` (two plus one per thread): one stat,
+/// where `status` would be formatted whole, fifty lines of it, on every CLI start.
 pub fn threads(pid: i32) -> usize {
-    read_kernel_file(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("Threads:"))
-                .and_then(|n| n.trim().parse().ok())
-        })
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}/task"))
+        .map(|m| m.nlink().saturating_sub(2) as usize)
         .unwrap_or(0)
 }
 
@@ -276,5 +274,35 @@ mod tests {
         assert!(Pidfd::open(me, st.start + 1).is_none());
         assert!(Pidfd::open(1, 0).is_none());
         assert!(Pidfd::open(0, 0).is_none());
+    }
+
+    #[test]
+    fn threads_counts_the_thread_group_as_status_does() {
+        let me = std::process::id() as i32;
+        let from_status = || {
+            read_kernel_file(format!("/proc/{me}/status"))
+                .ok()
+                .and_then(|t| {
+                    t.lines()
+                        .find_map(|l| l.strip_prefix("Threads:"))
+                        .and_then(|n| n.trim().parse::<usize>().ok())
+                })
+                .unwrap()
+        };
+        // Other tests start and end threads meanwhile: compare under a thread held open.
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let held = std::thread::spawn(move || rx.recv());
+        let (a, b) = (threads(me), from_status());
+        assert!(a >= 2 && b >= 2, "{a} {b}");
+        drop(tx);
+        held.join().unwrap().unwrap_err();
+        assert_eq!(threads(i32::MAX), 0);
+        let mut one = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        assert_eq!(threads(one.id() as i32), 1);
+        one.kill().unwrap();
+        one.wait().unwrap();
     }
 }

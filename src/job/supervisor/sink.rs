@@ -123,6 +123,10 @@ impl Sink {
                 .try_recv()
                 .unwrap_or_else(|_| Vec::with_capacity(CHUNK)),
             Sink::Inline(o) if o.spare.capacity() > 0 => std::mem::take(&mut o.spare),
+            // Inline, output is small: a chunk grows with what it holds (and is kept as the
+            // spare). A CHUNK up front would be an mmap and a munmap (a TLB flush on every
+            // core the process ran on) for a job that printed a line, or nothing.
+            Sink::Inline(_) => Vec::with_capacity(FIRST_READ),
             _ => Vec::with_capacity(CHUNK),
         }
     }
