@@ -153,6 +153,33 @@ impl JobEvents {
         JobEvents { pipe, pending }
     }
 
+    /// Waits up to `timeout` for the end (the channel's EOF), reading past what tells of
+    /// stored output; false if the time ran out first. After the end (or if the channel
+    /// broke) it returns true at once, so callers re-read the record. For a waiter that
+    /// prints nothing: a flood of output would otherwise wake it for every chunk stored.
+    pub fn wait_end(&mut self, timeout: Duration) -> bool {
+        self.pending = false;
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let Some(pipe) = &mut self.pipe else {
+                return true;
+            };
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match crate::os::poll::readable(&*pipe, left) {
+                Ok(false) => return false,
+                Ok(true) => {
+                    let mut buf = [0u8; 4096];
+                    match pipe.read(&mut buf) {
+                        Ok(n) if n > 0 => {}
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        _ => self.pipe = None,
+                    }
+                }
+                Err(_) => self.pipe = None,
+            }
+        }
+    }
+
     /// Waits up to `timeout` for something to happen; false if nothing did. After the end
     /// (or if the channel broke) it returns true at once, so callers re-read the record.
     pub fn wait(&mut self, timeout: Duration) -> bool {
@@ -231,5 +258,32 @@ mod tests {
         assert!(!ev.wait(Duration::from_millis(50)));
         drop(w);
         assert!(ev.wait(Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn waiting_for_the_end_reads_past_stored_output() {
+        let (r, mut w) = std::io::pipe().unwrap();
+        let mut ev = JobEvents::with_pending(Some(File::from(std::os::fd::OwnedFd::from(r))), true);
+        // A flood of "output stored" bytes, more than one read takes: not the end.
+        w.write_all(&[b'.'; 10_000]).unwrap();
+        let t = std::time::Instant::now();
+        assert!(!ev.wait_end(Duration::from_millis(100)));
+        assert!(t.elapsed() >= Duration::from_millis(100));
+        // The writer goes on while the waiter waits; the end is its close, and only that.
+        let closed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = std::sync::Arc::clone(&closed);
+        let writer = std::thread::spawn(move || {
+            for _ in 0..20 {
+                w.write_all(b".").unwrap();
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            drop(w);
+        });
+        assert!(ev.wait_end(Duration::from_secs(10)));
+        assert!(closed.load(std::sync::atomic::Ordering::SeqCst));
+        writer.join().unwrap();
+        // Once ended, at once.
+        assert!(ev.wait_end(Duration::from_secs(10)));
     }
 }

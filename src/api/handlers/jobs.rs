@@ -158,7 +158,8 @@ pub fn cancel(app: &App, call: &Call<'_>) -> Reply {
 }
 
 /// [`wait_end`] for a job this request started, over the supervisor's own change channel:
-/// it tells of the end at once, with no folder watch to set up and tear down.
+/// it tells of the end at once, with no folder watch to set up and tear down, and what it
+/// says of stored output is read past without a look at the record.
 fn wait_end_events(
     app: &App,
     id: &JobId,
@@ -178,7 +179,7 @@ fn wait_end_events(
         if instant_wakes >= 3 {
             return wait_end(app, id, (deadline - now).as_secs_f64());
         }
-        ev.wait((deadline - now).min(RECHECK));
+        ev.wait_end((deadline - now).min(RECHECK));
         if now.elapsed() < Duration::from_millis(1) {
             instant_wakes += 1;
         } else {
