@@ -1469,3 +1469,55 @@ fn secret_values_never_come_back() {
     }
     assert!(!s.log_text().contains(secret));
 }
+
+/// The fork server keeps a supervisor forked ahead and hands it to `serve`, which gives a
+/// start straight to it. A spare killed while it waits, and then the fork server itself,
+/// must cost no start: the ones after find the spare dead and have one forked at once,
+/// and once the server is gone supervisors are exec'd (`supervise` on their command line).
+#[test]
+fn starts_go_through_a_killed_spare_and_a_killed_fork_server() {
+    let s = Server::start(&[]);
+    let mut c = s.client();
+    // Each start's supervisor: forked (the command line is serve's) or exec'd.
+    let run = |c: &mut Client, n: usize| -> Vec<bool> {
+        (0..n)
+            .map(|i| {
+                let cmd = format!("sleep 0.3; echo {i}");
+                let v = start_job(c, json!({"command": cmd, "waitSeconds": 0}));
+                let sup = int(&v, "supervisorPid");
+                let line = std::fs::read(format!("/proc/{sup}/cmdline")).unwrap_or_default();
+                let exec_d = any_entry_contains(&line, b"supervise");
+                assert!(exec_d || any_entry_contains(&line, b"serve"), "{v}");
+                let end = c
+                    .get(&format!("/v1/jobs/{}?waitSeconds=30", id_of(&v)))
+                    .json();
+                assert_eq!(end["status"], "succeeded", "{end}");
+                assert_eq!(end["output"], format!("{i}\n"), "{end}");
+                exec_d
+            })
+            .collect()
+    };
+    assert_eq!(run(&mut c, 2), [false, false]);
+    let forks = eventually(Duration::from_secs(10), "the fork server", || {
+        children_named(s.pid() as i32, "gitterm-forks")
+            .first()
+            .copied()
+    });
+    let spare = eventually(Duration::from_secs(10), "a spare", || {
+        children_named(forks, "gitterm-spare").first().copied()
+    });
+    kill(spare, libc::SIGKILL);
+    eventually(Duration::from_secs(10), "the spare gone", || {
+        (!children_named(forks, "gitterm-spare").contains(&spare)).then_some(())
+    });
+    assert_eq!(run(&mut c, 4), [false; 4]);
+    kill(forks, libc::SIGKILL);
+    eventually(Duration::from_secs(10), "the fork server gone", || {
+        children_named(s.pid() as i32, "gitterm-forks")
+            .is_empty()
+            .then_some(())
+    });
+    // A spare offered before the kill may take the first; then every one is exec'd.
+    let after = run(&mut c, 4);
+    assert!(after[1..].iter().all(|&e| e), "{after:?}");
+}

@@ -3,8 +3,10 @@
 //! Exec'ing the agent's binary for every job costs a process image (~0.5 ms). A caller
 //! that is single-threaded (the CLI) forks the entry directly; `serve`, whose threads make
 //! a plain fork unsafe, starts a fork server before its first thread (as Python's
-//! `forkserver` and Android's zygote do) and asks it over a socket, passing the job's
-//! lock and stdin as fds. Either way the entry runs with the same fds as an exec'd
+//! `forkserver` and Android's zygote do). The server keeps one supervisor forked ahead (a
+//! spare) and hands it to the caller, which passes the job's lock, spec and stdin to the
+//! spare as fds; when none is at hand, the caller asks the server to fork one now. Either
+//! way the entry runs with the same fds as an exec'd
 //! `supervise` would: the lock on [`LOCK`], the spec on [`SPEC`], stdin on 0, a pipe back
 //! to the caller on 1, `/dev/null` on 2.
 
@@ -78,11 +80,25 @@ pub fn fork_entry(
 /// A fork server: a process forked while its parent was single-threaded, forking entries
 /// on request.
 pub struct ForkServer {
-    sock: Mutex<OwnedFd>,
+    line: Mutex<Line>,
+}
+
+/// The caller's side: the socket to the server, and the spare it offered, once received.
+struct Line {
+    sock: OwnedFd,
+    spare: Option<Spare>,
 }
 
 /// The reply that carries the pipe (an error is its message instead).
 const OK: &[u8] = b"k";
+
+/// The server's offer of a spare: its request socket and the read end of its stdout. The
+/// caller hands a start to the spare itself, so a start's path crosses one process, not
+/// two (the server's relay cost some 60 us of wake-ups and copies).
+const OFFER: &[u8] = b"s";
+
+/// The caller's word that it took the spare offered: the server forks the next one.
+const TAKEN: &[u8] = b"u";
 
 /// The largest request: a state root path and a job id.
 const MAX_REQUEST: usize = 8192;
@@ -121,14 +137,18 @@ impl ForkServer {
             _ => {
                 drop(theirs);
                 Ok(ForkServer {
-                    sock: Mutex::new(ours),
+                    line: Mutex::new(Line {
+                        sock: ours,
+                        spare: None,
+                    }),
                 })
             }
         }
     }
 
     /// Runs the entry for `id` in a new process, as [`fork_entry`] does; returns the read
-    /// end of its stdout (the server waits for the process itself).
+    /// end of its stdout (the server waits for the process itself). The spare the server
+    /// offered takes it when there is one; else the server forks one now.
     pub fn launch(
         &self,
         root: &Path,
@@ -146,27 +166,80 @@ impl ForkServer {
         }
         let mut fds = vec![lock.as_raw_fd(), spec.as_raw_fd()];
         fds.extend(stdin.map(|s| s.as_raw_fd()));
-        let sock = self.sock.lock().unwrap_or_else(|p| p.into_inner());
-        sendmsg::<()>(
-            sock.as_raw_fd(),
-            &[IoSlice::new(&req)],
-            &[ControlMessage::ScmRights(&fds)],
-            MsgFlags::empty(),
-            None,
-        )?;
-        let (data, got) = receive(sock.as_fd(), 1)?;
-        match got.into_iter().next() {
-            Some(f) if data == OK => Ok(File::from(f)),
-            _ if data.is_empty() => Err(io::Error::other("the fork server has stopped")),
-            _ => Err(io::Error::other(
-                String::from_utf8_lossy(&data).into_owned(),
-            )),
+        let mut line = self.line.lock().unwrap_or_else(|p| p.into_inner());
+        if line.spare.is_none() {
+            line.spare = take_offer(line.sock.as_fd(), MsgFlags::MSG_DONTWAIT);
+        }
+        if let Some(spare) = line.spare.take() {
+            let handed = send(spare.sock.as_fd(), &req, &fds);
+            // Taken or found dead, the server makes the next one. A spare outlives a
+            // server that was killed: the start it took stands either way.
+            let told = send(line.sock.as_fd(), TAKEN, &[]);
+            if handed.is_ok() {
+                return Ok(spare.out);
+            }
+            told?;
+        }
+        // No spare at hand (a burst took it, or forking one failed): a fork now.
+        send(line.sock.as_fd(), &req, &fds)?;
+        loop {
+            let (data, got) = receive(line.sock.as_fd(), 2, MsgFlags::empty())?;
+            if data == OFFER {
+                // The next spare, made meanwhile: kept for the next start.
+                line.spare = offered(got);
+                continue;
+            }
+            return match got.into_iter().next() {
+                Some(f) if data == OK => Ok(File::from(f)),
+                _ if data.is_empty() => Err(io::Error::other("the fork server has stopped")),
+                _ => Err(io::Error::other(
+                    String::from_utf8_lossy(&data).into_owned(),
+                )),
+            };
         }
     }
 }
 
+/// Sends one message with `fds`.
+fn send(sock: BorrowedFd<'_>, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    let cmsg = [ControlMessage::ScmRights(fds)];
+    let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &cmsg };
+    sendmsg::<()>(
+        sock.as_raw_fd(),
+        &[IoSlice::new(data)],
+        cmsgs,
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )?;
+    Ok(())
+}
+
+/// The spare of an offer's fds.
+fn offered(fds: Vec<OwnedFd>) -> Option<Spare> {
+    let mut fds = fds.into_iter();
+    match (fds.next(), fds.next()) {
+        (Some(sock), Some(out)) => Some(Spare {
+            sock,
+            out: File::from(out),
+        }),
+        _ => None,
+    }
+}
+
+/// An offer waiting on the caller's socket (`MSG_DONTWAIT`: none is not waited for).
+fn take_offer(sock: BorrowedFd<'_>, flags: MsgFlags) -> Option<Spare> {
+    match receive(sock, 2, flags) {
+        Ok((data, fds)) if data == OFFER => offered(fds),
+        _ => None,
+    }
+}
+
 /// One message and the fds it carried (at most `max_fds`; more are closed).
-fn receive(sock: BorrowedFd<'_>, max_fds: usize) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
+fn receive(
+    sock: BorrowedFd<'_>,
+    max_fds: usize,
+    flags: MsgFlags,
+) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
     let mut buf = vec![0u8; MAX_REQUEST];
     let mut cmsg = nix::cmsg_space!([RawFd; 4]);
     let mut iov = [IoSliceMut::new(&mut buf)];
@@ -174,7 +247,7 @@ fn receive(sock: BorrowedFd<'_>, max_fds: usize) -> io::Result<(Vec<u8>, Vec<Own
         sock.as_raw_fd(),
         &mut iov,
         Some(&mut cmsg),
-        MsgFlags::MSG_CMSG_CLOEXEC,
+        MsgFlags::MSG_CMSG_CLOEXEC | flags,
     )?;
     let n = msg.bytes;
     let mut fds = Vec::new();
@@ -216,7 +289,8 @@ struct Spare {
 }
 
 /// A connected pair of Unix sequenced-packet sockets (one request, one message), closed
-/// on exec: the server's line to `serve`, and each spare's line to the server.
+/// on exec: the server's line to `serve`, and each spare's line to whoever holds its
+/// offer.
 fn seqpacket_pair() -> nix::Result<(OwnedFd, OwnedFd)> {
     socketpair(
         AddressFamily::Unix,
@@ -259,7 +333,7 @@ fn fork_spare(entry: Entry) -> io::Result<Spare> {
             libc::prctl(libc::PR_SET_NAME, c"gitterm-spare".as_ptr(), 0, 0, 0);
             let request = BorrowedFd::borrow_raw(SPARE_REQUEST);
             // EOF: the server is gone, and so is this spare's reason to be.
-            let code = match receive(request, 3) {
+            let code = match receive(request, 3, MsgFlags::empty()) {
                 Ok((req, fds)) if !req.is_empty() => run_spare(entry, &req, &fds),
                 _ => 0,
             };
@@ -303,69 +377,50 @@ fn run_spare(entry: Entry, req: &[u8], fds: &[OwnedFd]) -> i32 {
     entry(&root, id)
 }
 
-/// The server's loop: one request at a time until the socket closes. Each request goes
-/// to the spare forked after the previous one (or to a fork made now, should forking a
-/// spare have failed).
+/// The server's loop, until the socket closes: a spare forked and offered to the caller,
+/// then the caller's word that it took it (and the next spare), or a request to fork one
+/// now, answered with its pipe (when the caller had no spare at hand).
 fn serve(entry: Entry, sock: OwnedFd) {
-    let mut spare = fork_spare(entry).ok();
+    let mut offered = false;
     loop {
-        let Ok((req, fds)) = receive(sock.as_fd(), 3) else {
+        if !offered && let Ok(spare) = fork_spare(entry) {
+            // The server keeps no copy: the spare sees EOF once the caller is gone.
+            let fds = [spare.sock.as_raw_fd(), spare.out.as_raw_fd()];
+            offered = send(sock.as_fd(), OFFER, &fds).is_ok();
+        }
+        let Ok((req, fds)) = receive(sock.as_fd(), 3, MsgFlags::empty()) else {
             return;
         };
         if req.is_empty() && fds.is_empty() {
             return; // the parent is gone
         }
-        let handed = spare.take().and_then(|s| {
-            let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
-            sendmsg::<()>(
-                s.sock.as_raw_fd(),
-                &[IoSlice::new(&req)],
-                &[ControlMessage::ScmRights(&raw)],
-                MsgFlags::empty(),
-                None,
+        if req == TAKEN {
+            offered = false;
+            continue;
+        }
+        let reply = (|| {
+            let (root, id) = parse_request(&req)?;
+            let (Some(lock), Some(spec)) = (fds.first(), fds.get(1)) else {
+                return Err("no lock or spec passed");
+            };
+            fork_entry(
+                entry,
+                &root,
+                id,
+                lock.as_fd(),
+                spec.as_fd(),
+                fds.get(2).map(|f| f.as_fd()),
             )
-            .ok()
-            .map(|_| s.out)
-        });
-        let reply = match handed {
-            Some(out) => Ok(out),
-            None => (|| {
-                let (root, id) = parse_request(&req)?;
-                let (Some(lock), Some(spec)) = (fds.first(), fds.get(1)) else {
-                    return Err("no lock or spec passed");
-                };
-                fork_entry(
-                    entry,
-                    &root,
-                    id,
-                    lock.as_fd(),
-                    spec.as_fd(),
-                    fds.get(2).map(|f| f.as_fd()),
-                )
-                .map(|(_, r)| r)
-                .map_err(|_| "fork failed")
-            })(),
-        };
+            .map(|(_, r)| r)
+            .map_err(|_| "fork failed")
+        })();
         let _ = match &reply {
-            Ok(r) => sendmsg::<()>(
-                sock.as_raw_fd(),
-                &[IoSlice::new(OK)],
-                &[ControlMessage::ScmRights(&[r.as_raw_fd()])],
-                MsgFlags::empty(),
-                None,
-            ),
-            Err(e) => sendmsg::<()>(
-                sock.as_raw_fd(),
-                &[IoSlice::new(e.as_bytes())],
-                &[],
-                MsgFlags::empty(),
-                None,
-            ),
+            Ok(r) => send(sock.as_fd(), OK, &[r.as_raw_fd()]),
+            Err(e) => send(sock.as_fd(), e.as_bytes(), &[]),
         };
         // The job's fds (its lock above all) are closed before the next spare is forked:
         // a spare holding a job's lock would pass for its supervisor.
         drop(reply);
         drop(fds);
-        spare = fork_spare(entry).ok();
     }
 }

@@ -310,3 +310,25 @@ pub fn write_mode(path: &Path, data: &str, mode: u32) {
     fs::write(path, data).unwrap();
     fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
 }
+
+/// The live children of `parent` named `comm` (the name a process gave itself with
+/// `prctl`, as `ps` shows it).
+pub fn children_named(parent: i32, comm: &str) -> Vec<i32> {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+                return false;
+            };
+            let mut rest = stat[close + 1..].split_whitespace();
+            let (state, ppid) = (rest.next(), rest.next().and_then(|p| p.parse::<i32>().ok()));
+            &stat[open + 1..close] == comm && ppid == Some(parent) && state != Some("Z")
+        })
+        .collect()
+}
