@@ -168,11 +168,15 @@ fn wait_end_events(
 ) -> Result<JobRecord> {
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
     let mut instant_wakes = 0;
+    // The start read (and settled) the record a moment ago: the first look waits for news.
+    let mut first = true;
     loop {
-        let rec = crate::job::settle::load(&app.store, id)?;
         let now = Instant::now();
-        if rec.status.is_final() || now >= deadline || app.hub.stopping() {
-            return Ok(rec);
+        if !std::mem::take(&mut first) {
+            let rec = crate::job::settle::load(&app.store, id)?;
+            if rec.status.is_final() || now >= deadline || app.hub.stopping() {
+                return Ok(rec);
+            }
         }
         // A closed channel wakes at once every time; should that happen before the record
         // is final, the folder watch takes over rather than spinning.
