@@ -225,15 +225,6 @@ impl Supervisor {
             .custom_flags(libc::O_CLOEXEC)
             .open(dir.join(crate::state::layout::OUTPUT))
             .map_err(|e| format!("output.log: {e}"))?;
-        // Room for the final record: the first one's size (a long command makes it long)
-        // and what the end adds. Without room it may still land: go on.
-        let room = serde_json::to_vec_pretty(&rec).map_or(0, |v| v.len()) + RESERVE_EXTRA;
-        let reserved = crate::state::fsutil::reserve(
-            &dir.join(FINAL_RECORD),
-            room.next_multiple_of(4096),
-            0o600,
-        )
-        .ok();
 
         // A terminal job's stdin, stdout and stderr are the terminal; an interactive one's
         // stdin is a pipe whose writing end we keep.
@@ -362,6 +353,17 @@ impl Supervisor {
         })
         .map_err(|e| e.to_string())?;
         let shell = started.pid;
+        // Room for the final record: the first one's size (a long command makes it long)
+        // and what the end adds. Without room it may still land: go on. Made while the
+        // shell starts (a new file can cost a millisecond on ext4 without a journal, after
+        // a mass deletion), and before the job has had time to fill the disk.
+        let room = serde_json::to_vec_pretty(&rec).map_or(0, |v| v.len()) + RESERVE_EXTRA;
+        let reserved = crate::state::fsutil::reserve(
+            &dir.join(FINAL_RECORD),
+            room.next_multiple_of(4096),
+            0o600,
+        )
+        .ok();
         let mut rec = rec;
         rec.pid = Some(shell);
         rec.pgid = Some(shell);
