@@ -305,8 +305,47 @@ const SPARE_REQUEST: RawFd = 3;
 
 /// Forks a [`Spare`]. Called from the server's single-threaded loop.
 fn fork_spare(entry: Entry) -> io::Result<Spare> {
+    fork_spare_with(entry, None)
+}
+
+/// A supervisor forked by a single-threaded caller (the CLI) before it knows its job:
+/// the fork, and `prepare` in the new process, run while the caller makes the job's
+/// folder and spec, on the other core. The job goes to it with [`Spare::hand`].
+pub struct Early(Spare);
+
+impl Early {
+    /// Forks it; the caller must be single-threaded. `prepare` runs in the new process
+    /// before it waits (work of every job: lookups, and the pages it will write).
+    pub fn fork(entry: Entry, prepare: fn()) -> io::Result<Early> {
+        fork_spare_with(entry, Some(prepare)).map(Early)
+    }
+
+    /// Hands it the job, as the fork server's spare takes one; returns its stdout.
+    pub fn hand(
+        self,
+        root: &Path,
+        id: &str,
+        lock: BorrowedFd<'_>,
+        spec: BorrowedFd<'_>,
+        stdin: Option<BorrowedFd<'_>>,
+    ) -> io::Result<File> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut req = root.as_os_str().as_bytes().to_vec();
+        req.push(0);
+        req.extend_from_slice(id.as_bytes());
+        let mut fds = vec![lock.as_raw_fd(), spec.as_raw_fd()];
+        fds.extend(stdin.map(|s| s.as_raw_fd()));
+        send(self.0.sock.as_fd(), &req, &fds)?;
+        Ok(self.0.out)
+    }
+}
+
+fn fork_spare_with(entry: Entry, prepare: Option<fn()>) -> io::Result<Spare> {
     let (ours, theirs) = seqpacket_pair()?;
     let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    // A caller's stdin and stderr (a pipe someone reads to its end) are not held while the
+    // spare waits.
+    let null = File::options().read(true).write(true).open("/dev/null")?;
     // SAFETY: the server is single-threaded; the child runs ordinary Rust code and ends
     // in _exit.
     match unsafe { libc::fork() } {
@@ -316,8 +355,13 @@ fn fork_spare(entry: Entry) -> io::Result<Spare> {
             // the entry; never returns.
             // Only its stdout and its request socket stay open: whatever the server held
             // (its socket to `serve`, a job's fds) must not be held by a waiting spare.
-            if super::spawn::place_fds(&[(w.as_raw_fd(), 1), (theirs.as_raw_fd(), SPARE_REQUEST)])
-                .is_err()
+            if super::spawn::place_fds(&[
+                (null.as_raw_fd(), 0),
+                (w.as_raw_fd(), 1),
+                (null.as_raw_fd(), 2),
+                (theirs.as_raw_fd(), SPARE_REQUEST),
+            ])
+            .is_err()
             {
                 libc::_exit(1);
             }
@@ -327,10 +371,13 @@ fn fork_spare(entry: Entry) -> io::Result<Spare> {
                 u32::MAX,
                 0u32,
             );
-            std::mem::forget((ours, theirs, r, w));
+            std::mem::forget((ours, theirs, r, w, null));
             libc::setsid();
             libc::signal(libc::SIGCHLD, libc::SIG_DFL);
             libc::prctl(libc::PR_SET_NAME, c"gitterm-spare".as_ptr(), 0, 0, 0);
+            if let Some(prepare) = prepare {
+                prepare();
+            }
             let request = BorrowedFd::borrow_raw(SPARE_REQUEST);
             // EOF: the server is gone, and so is this spare's reason to be.
             let code = match receive(request, 3, MsgFlags::empty()) {
