@@ -18,8 +18,7 @@ fn refused(sb: &Sandbox, args: &[&str], names: &str) {
         "{args:?}: stderr should name {names:?}: {out:#?}"
     );
     assert_eq!(sb.job_ids(), before, "{args:?} wrote a job folder");
-    // Nor is anything of it left running: `exec` forks its supervisor before it reads its
-    // input, and that one must go when no job comes.
+    // Nor is anything of it left running.
     let home = format!("GITTERM_HOME={}", sb.home().display());
     eventually(PROMPT, "the refused exec's processes gone", || {
         scan(|_, env| has_env_entry(env, home.as_bytes()))

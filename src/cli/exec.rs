@@ -70,8 +70,6 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<i32> {
-    // First: the supervisor's fork and preparation overlap what follows.
-    launch::fork_ahead();
     let cfg = a.limits.config();
     let mut req = StartRequest {
         command: a.command.join(" "),

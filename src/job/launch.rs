@@ -400,26 +400,6 @@ pub fn use_fork_server() -> Result<()> {
     Ok(())
 }
 
-/// A supervisor forked ahead by this single-threaded process (the CLI), waiting for the
-/// job this process is about to start.
-static EARLY: std::sync::Mutex<Option<crate::os::forkserver::Early>> = std::sync::Mutex::new(None);
-
-/// Forks the supervisor of the job this process is about to start, before that job's
-/// folder and spec exist: the fork and the supervisor's own preparation then run on the
-/// other core while this process makes them. For a single-threaded caller that starts one
-/// job (`exec`); a supervisor that gets no job exits when this process does.
-pub fn fork_ahead() {
-    if FORK_SERVER.get().is_some() || crate::os::proc::threads(std::process::id() as i32) != 1 {
-        return;
-    }
-    if let Ok(e) = crate::os::forkserver::Early::fork(
-        super::supervisor::main_forked,
-        super::supervisor::prepare,
-    ) {
-        *EARLY.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-    }
-}
-
 /// Starts the job's supervisor: through the fork server, as a fork of this process when
 /// it is single-threaded (the CLI), else by exec'ing this binary (`supervise`). Returns
 /// the supervisor's channel, once it answered.
@@ -444,21 +424,7 @@ fn spawn_supervisor(
         )
         .ok()
     });
-    let early = EARLY
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .take()
-        .and_then(|e| {
-            e.hand(
-                store.root(),
-                id.as_str(),
-                lock.as_fd(),
-                spec.as_fd(),
-                stdin_fd,
-            )
-            .ok()
-        });
-    let (mut out, first): (fs::File, Option<i32>) = if let Some(r) = served.or(early) {
+    let (mut out, first): (fs::File, Option<i32>) = if let Some(r) = served {
         (r, None)
     } else if crate::os::proc::threads(std::process::id() as i32) == 1 {
         let (_, r) = crate::os::forkserver::fork_entry(

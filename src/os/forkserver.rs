@@ -305,46 +305,9 @@ const SPARE_REQUEST: RawFd = 3;
 
 /// Forks a [`Spare`]. Called from the server's single-threaded loop.
 fn fork_spare(entry: Entry) -> io::Result<Spare> {
-    fork_spare_with(entry, None)
-}
-
-/// A supervisor forked by a single-threaded caller (the CLI) before it knows its job:
-/// the fork, and `prepare` in the new process, run while the caller makes the job's
-/// folder and spec, on the other core. The job goes to it with [`Spare::hand`].
-pub struct Early(Spare);
-
-impl Early {
-    /// Forks it; the caller must be single-threaded. `prepare` runs in the new process
-    /// before it waits (work of every job: lookups, and the pages it will write).
-    pub fn fork(entry: Entry, prepare: fn()) -> io::Result<Early> {
-        fork_spare_with(entry, Some(prepare)).map(Early)
-    }
-
-    /// Hands it the job, as the fork server's spare takes one; returns its stdout.
-    pub fn hand(
-        self,
-        root: &Path,
-        id: &str,
-        lock: BorrowedFd<'_>,
-        spec: BorrowedFd<'_>,
-        stdin: Option<BorrowedFd<'_>>,
-    ) -> io::Result<File> {
-        use std::os::unix::ffi::OsStrExt;
-        let mut req = root.as_os_str().as_bytes().to_vec();
-        req.push(0);
-        req.extend_from_slice(id.as_bytes());
-        let mut fds = vec![lock.as_raw_fd(), spec.as_raw_fd()];
-        fds.extend(stdin.map(|s| s.as_raw_fd()));
-        send(self.0.sock.as_fd(), &req, &fds)?;
-        Ok(self.0.out)
-    }
-}
-
-fn fork_spare_with(entry: Entry, prepare: Option<fn()>) -> io::Result<Spare> {
     let (ours, theirs) = seqpacket_pair()?;
     let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    // A caller's stdin and stderr (a pipe someone reads to its end) are not held while the
-    // spare waits.
+    // The server's stdin and stderr (serve's log) are not held while the spare waits.
     let null = File::options().read(true).write(true).open("/dev/null")?;
     // SAFETY: the server is single-threaded; the child runs ordinary Rust code and ends
     // in _exit.
@@ -375,9 +338,6 @@ fn fork_spare_with(entry: Entry, prepare: Option<fn()>) -> io::Result<Spare> {
             libc::setsid();
             libc::signal(libc::SIGCHLD, libc::SIG_DFL);
             libc::prctl(libc::PR_SET_NAME, c"gitterm-spare".as_ptr(), 0, 0, 0);
-            if let Some(prepare) = prepare {
-                prepare();
-            }
             let request = BorrowedFd::borrow_raw(SPARE_REQUEST);
             // EOF: the server is gone, and so is this spare's reason to be.
             let code = match receive(request, 3, MsgFlags::empty()) {

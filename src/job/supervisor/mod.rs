@@ -62,18 +62,6 @@ pub fn main_forked(root: &Path, id: &str) -> i32 {
     run(root, id, false)
 }
 
-/// What a supervisor forked ahead of its job does while it waits, for every job alike:
-/// the cgroup lookup, and the first writes to the stack and heap it will run on (pages it
-/// shares with whoever forked it, each copied on its first write; here that costs the
-/// start nothing).
-pub fn prepare() {
-    JobCgroup::warm();
-    let mut frame = [0u8; 48 << 10];
-    std::hint::black_box(&mut frame);
-    std::hint::black_box(vec![1u8; 64 << 10]);
-    let _ = io::stdout();
-}
-
 fn run(root: &Path, id: &str, detach: bool) -> i32 {
     let Some(id) = JobId::parse(id) else {
         eprintln!("supervise: malformed job id");
