@@ -168,7 +168,7 @@ impl ForkServer {
         fds.extend(stdin.map(|s| s.as_raw_fd()));
         let mut line = self.line.lock().unwrap_or_else(|p| p.into_inner());
         if line.spare.is_none() {
-            line.spare = take_offer(line.sock.as_fd(), MsgFlags::MSG_DONTWAIT);
+            line.spare = take_offer(line.sock.as_fd());
         }
         if let Some(spare) = line.spare.take() {
             let handed = send(spare.sock.as_fd(), &req, &fds);
@@ -226,9 +226,9 @@ fn offered(fds: Vec<OwnedFd>) -> Option<Spare> {
     }
 }
 
-/// An offer waiting on the caller's socket (`MSG_DONTWAIT`: none is not waited for).
-fn take_offer(sock: BorrowedFd<'_>, flags: MsgFlags) -> Option<Spare> {
-    match receive(sock, 2, flags) {
+/// An offer waiting on the caller's socket, if one is there (none is not waited for).
+fn take_offer(sock: BorrowedFd<'_>) -> Option<Spare> {
+    match receive(sock, 2, MsgFlags::MSG_DONTWAIT) {
         Ok((data, fds)) if data == OFFER => offered(fds),
         _ => None,
     }

@@ -168,16 +168,9 @@ fn wait_end_events(
 ) -> Result<JobRecord> {
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
     let mut instant_wakes = 0;
-    // The start read (and settled) the record a moment ago: the first look waits for news.
-    let mut first = true;
+    // The start read (and settled) the record a moment ago: each look follows a wait.
     loop {
         let now = Instant::now();
-        if !std::mem::take(&mut first) {
-            let rec = crate::job::settle::load(&app.store, id)?;
-            if rec.status.is_final() || now >= deadline || app.hub.stopping() {
-                return Ok(rec);
-            }
-        }
         // A closed channel wakes at once every time; should that happen before the record
         // is final, the folder watch takes over rather than spinning.
         if instant_wakes >= 3 {
@@ -188,6 +181,10 @@ fn wait_end_events(
             instant_wakes += 1;
         } else {
             instant_wakes = 0;
+        }
+        let rec = crate::job::settle::load(&app.store, id)?;
+        if rec.status.is_final() || Instant::now() >= deadline || app.hub.stopping() {
+            return Ok(rec);
         }
     }
 }
