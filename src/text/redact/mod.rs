@@ -129,12 +129,14 @@
 mod index;
 mod short;
 mod spell;
+mod spot;
 #[cfg(test)]
 mod tests;
 
 use index::{GramIndex, SAMPLED_MIN_LEN};
 use short::ShortPatterns;
 use spell::{Pattern, WRAP_MIN_CORE, Walk};
+pub use spot::Spotter;
 
 /// Shortest base64 core (in characters) that is searched for.
 pub const MIN_BASE64_CORE: usize = 8;
