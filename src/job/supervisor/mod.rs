@@ -264,7 +264,7 @@ impl Supervisor {
                 control::Control::bind(
                     &dir.join(crate::job::control::SOCKET),
                     w,
-                    pty.is_some(),
+                    spec.pty.map(|size| (size.cols, size.rows)),
                     &values,
                 )
                 .map_err(|e| format!("control socket: {e}"))?,

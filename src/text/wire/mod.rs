@@ -177,6 +177,8 @@ pub struct WireMasker {
     dirty: Vec<i64>,
     /// Instances found to be part of a secret by the last check.
     secret: HashSet<u64>,
+    /// Part of a string sequence was sent, not its end yet.
+    mid_string: bool,
 }
 
 impl WireMasker {
@@ -199,6 +201,7 @@ impl WireMasker {
             lines: 24,
             dirty: Vec::new(),
             secret: HashSet::new(),
+            mid_string: false,
         };
         m.rows.push_back(Row::default());
         m.resize(cols, rows);
@@ -207,6 +210,10 @@ impl WireMasker {
 
     /// Adds secret values (the ones it has stay masked).
     pub fn add_secrets(&mut self, all: &[&[u8]]) {
+        if self.spot.is_none() {
+            // The screen was not followed while there was nothing to mask.
+            self.forget();
+        }
         self.spot = Spotter::new(all);
     }
 
@@ -222,9 +229,9 @@ impl WireMasker {
     }
 
     /// Whether the stream sent so far ends between two sequences (a safe place for a
-    /// replay to begin).
+    /// replay to begin): only a long string sequence is sent in pieces.
     pub fn at_rest(&self) -> bool {
-        self.lex.state == Lex::Ground && self.lex.buf.is_empty() && self.held.is_empty()
+        !self.mid_string
     }
 
     /// Masks `raw`, appending to `out` what can be sent now.
@@ -240,10 +247,15 @@ impl WireMasker {
                     if self.lex.buf.len() >= PIECE_MAX && self.lex.piece_ok() {
                         // A long string payload has no effect: it goes out in pieces.
                         self.token(Op::Inert, out);
+                        self.mid_string = true;
                     }
                 }
-                Lexed::Tok(op) => self.token(op, out),
+                Lexed::Tok(op) => {
+                    self.mid_string = false;
+                    self.token(op, out);
+                }
                 Lexed::Before(op) => {
+                    self.mid_string = false;
                     self.token(op, out);
                     if let Lexed::Tok(op) = self.lex.push(b) {
                         self.token(op, out);
@@ -535,12 +547,11 @@ impl WireMasker {
         match op {
             Op::Print => {
                 let ch = self.lex.buf.as_slice();
-                self.insert
-                    || (!self.wrap_next
-                        && r.cells
-                            .get(self.col)
-                            .is_some_and(|c| c.len > 0 && c.text() != ch))
-                    || self.wrap_next
+                let overwrites = r
+                    .cells
+                    .get(self.col)
+                    .is_some_and(|c| c.len > 0 && c.text() != ch);
+                self.insert || self.wrap_next || overwrites
             }
             // What makes the model forget: the rows are checked while it still has them.
             Op::Forget | Op::Csi(b'H' | b'f' | b'd', _, _) => true,
