@@ -353,6 +353,11 @@ impl Control {
         }
     }
 
+    /// Masks these values too on the terminal wire from now on.
+    pub(super) fn add_secrets(&mut self, values: &[&[u8]]) {
+        self.wire.add_secrets(values);
+    }
+
     /// The terminal's raw output: masked, kept for replay, and sent to every viewer.
     pub(super) fn output(&mut self, raw: &[u8], last: bool) {
         let mut masked = Vec::with_capacity(raw.len());

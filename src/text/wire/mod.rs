@@ -156,6 +156,8 @@ enum Lex {
 /// The masked wire of one terminal.
 pub struct WireMasker {
     spot: Option<Spotter>,
+    /// The values masked.
+    values: Vec<Vec<u8>>,
     lex: Lexer,
     /// Bytes of the tokens applied to the model but not sent yet.
     held: Vec<u8>,
@@ -186,6 +188,7 @@ impl WireMasker {
     pub fn new(secrets: &[&[u8]], cols: u16, rows: u16) -> Self {
         let mut m = WireMasker {
             spot: Spotter::new(secrets),
+            values: secrets.iter().map(|v| v.to_vec()).collect(),
             lex: Lexer::default(),
             held: Vec::new(),
             toks: VecDeque::new(),
@@ -208,13 +211,15 @@ impl WireMasker {
         m
     }
 
-    /// Adds secret values (the ones it has stay masked).
-    pub fn add_secrets(&mut self, all: &[&[u8]]) {
+    /// Masks these values too from now on (the ones it has stay masked).
+    pub fn add_secrets(&mut self, more: &[&[u8]]) {
         if self.spot.is_none() {
             // The screen was not followed while there was nothing to mask.
             self.forget();
         }
-        self.spot = Spotter::new(all);
+        self.values.extend(more.iter().map(|v| v.to_vec()));
+        let all: Vec<&[u8]> = self.values.iter().map(|v| v.as_slice()).collect();
+        self.spot = Spotter::new(&all);
     }
 
     /// The terminal was resized.

@@ -298,6 +298,21 @@ fn a_secret_drawn_through_escapes_is_masked() {
 }
 
 #[test]
+fn a_secret_added_later_is_masked_from_then_on() {
+    let mut m = WireMasker::new(&[], 80, 24);
+    let mut out = Vec::new();
+    m.feed(b"before\r\n", &mut out);
+    m.add_secrets(&[SECRET.as_bytes()]);
+    m.feed(format!("{SECRET}\r\n").as_bytes(), &mut out);
+    m.finish(&mut out);
+    assert!(
+        shows_secret(&out, 80).is_none(),
+        "{:?}",
+        String::from_utf8_lossy(&out)
+    );
+}
+
+#[test]
 fn escapes_are_kept() {
     let (out, _) = mask(&[b"\x1b[1;31mred\x1b[0m \x1b]0;t\x07\x1b[?25l\r\n"], 80);
     assert_eq!(out, b"\x1b[1;31mred\x1b[0m \x1b]0;t\x07\x1b[?25l\r\n");
