@@ -1,0 +1,92 @@
+//! Robustness against jobs and callers that try to wedge or fool the agent, each test
+//! written as its attacker would: a writer whose input a job never reads, a job that
+//! kills its supervisor and keeps its lock, one that stops the fork server every start
+//! goes through, and a job that plants terminal escapes where the command line prints.
+
+use std::fs;
+
+use crate::util::*;
+
+/// The id of a job object.
+fn id_of(v: &Value) -> String {
+    text(v, "id").to_string()
+}
+
+// ---------------------------------------------------------------------------------------
+// The command line prints no control character a job chose.
+// ---------------------------------------------------------------------------------------
+
+/// Escapes a terminal acts on: a title change with its bell, clear screen, a C1 CSI,
+/// a right-to-left override and a zero-width space.
+const EVIL: &str = "\x1b]0;pwned\x07\x1b[2J\u{9b}31m\u{202e}\u{200b}";
+
+/// The first character of `s` that would drive or fool a terminal (line ends are the
+/// printer's own).
+fn first_hidden(s: &str) -> Option<char> {
+    s.chars().find(|&c| {
+        (c.is_control() && c != '\n')
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200b}')
+    })
+}
+
+fn assert_printable(what: &str, out: &Out) {
+    for (name, s) in [("stdout", &out.stdout), ("stderr", &out.stderr)] {
+        assert!(
+            first_hidden(s).is_none(),
+            "{what} printed {:?} on {name}: {s:?}",
+            first_hidden(s)
+        );
+    }
+}
+
+#[test]
+fn the_command_line_prints_no_escape_a_job_put_in_its_record() {
+    let sb = Sandbox::new();
+    let cwd = sb.file(&format!("dir{EVIL}"));
+    fs::create_dir(&cwd).unwrap();
+    let cwd_arg = cwd.to_str().unwrap();
+    let (out, v) = sb.exec_json(&[
+        "--cwd",
+        cwd_arg,
+        "--",
+        &format!("echo '{EVIL}' > /dev/null; exit 3"),
+    ]);
+    assert_eq!(out.code, Some(3), "{out:#?}");
+    let id = id_of(&v);
+    assert!(text(&v, "command").contains(EVIL) && text(&v, "cwd").contains(EVIL));
+    // As a job running as root can, the record is rewritten with escapes in every field
+    // the command line prints.
+    let mut rec = sb.raw_record(&id);
+    for f in ["reason", "createdAt", "startedAt", "endedAt", "signal"] {
+        rec[f] = format!("x{EVIL}y").into();
+    }
+    rec["exitCode"] = Value::Null;
+    fs::write(sb.job_dir(&id).join("job.json"), rec.to_string()).unwrap();
+    // And a folder that is no record names itself with them.
+    fs::create_dir(sb.home().join("jobs").join("job_0000000000000000c0de")).unwrap();
+    for args in [
+        vec!["status", &id],
+        vec!["status"],
+        vec!["cancel", &id],
+        vec!["logs", &id],
+        vec!["events"],
+    ] {
+        let out = sb.run(&args);
+        assert_printable(&format!("{args:?}"), &out);
+        assert!(out.code.is_some(), "{out:#?}");
+    }
+    let shown = sb.run(&["status", &id]);
+    assert!(
+        shown.stdout.contains("\\u{1b}]0;pwned\\u{7}"),
+        "the escape is shown, not dropped: {}",
+        shown.stdout
+    );
+    // A message quoting what the caller gave (a cwd that is not there) is shown too.
+    let missing = format!("{}/no{EVIL}", sb.work().display());
+    let out = sb.run(&["exec", "--cwd", &missing, "--", "true"]);
+    assert_ne!(out.code, Some(0), "{out:#?}");
+    assert_printable("exec --cwd <missing>", &out);
+    // Its JSON keeps the bytes exactly (escaped by JSON itself).
+    let j = sb.status(&id);
+    assert!(text(&j, "command").contains(EVIL), "{j:#}");
+}
