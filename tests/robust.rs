@@ -4,6 +4,7 @@
 //! goes through, and a job that plants terminal escapes where the command line prints.
 
 use std::fs;
+use std::time::{Duration, Instant};
 
 use crate::util::*;
 
@@ -89,4 +90,77 @@ fn the_command_line_prints_no_escape_a_job_put_in_its_record() {
     // Its JSON keeps the bytes exactly (escaped by JSON itself).
     let j = sb.status(&id);
     assert!(text(&j, "command").contains(EVIL), "{j:#}");
+}
+
+// ---------------------------------------------------------------------------------------
+// A job that stops the fork server holds no later start.
+// ---------------------------------------------------------------------------------------
+
+/// How long a start may take here: well under the 30 s a stopped fork server once held
+/// each start for, and under the harness's [`PROMPT`], so a start that waits for the
+/// server to be continued fails the test while a loaded machine does not.
+const START_BOUND: Duration = Duration::from_secs(10);
+
+/// Starts `command` through the API and checks that the start answered within
+/// [`START_BOUND`] with the job's end.
+fn start_promptly(s: &Server, command: &str) -> Value {
+    let mut c = s.client();
+    c.r.get_ref().set_timeout(START_BOUND);
+    let t = Instant::now();
+    let r = c.post("/v1/jobs", &json!({"command": command, "waitSeconds": 5}));
+    assert!(
+        t.elapsed() < START_BOUND,
+        "the start took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    s.sb.remember(text(&v, "id"));
+    v
+}
+
+/// The fork server of `serve` (its child named for `ps`).
+fn fork_server(s: &Server) -> i32 {
+    let found = children_named(s.pid() as i32, "gitterm-forks");
+    assert_eq!(found.len(), 1, "one fork server under serve: {found:?}");
+    found[0]
+}
+
+#[test]
+fn a_job_that_stops_the_fork_server_holds_no_later_start() {
+    if !is_root() {
+        eprintln!("note: not root, so jobs cannot signal the fork server; skipping");
+        return;
+    }
+    let s = Server::start(&[]);
+    let fs = fork_server(&s);
+    // As a root job can: stop the server every start but the spare it holds goes through.
+    let v = start_promptly(&s, &format!("kill -STOP {fs}"));
+    assert_eq!(v["status"], "succeeded", "{v:#}");
+    eventually(PROMPT, "the fork server to be stopped", || {
+        matches!(proc_state(fs), Some('T') | Some('t') | None).then_some(())
+    });
+    for i in 0..4 {
+        let v = start_promptly(&s, &format!("echo start {i}"));
+        assert_eq!(v["status"], "succeeded", "{v:#}");
+        assert_eq!(text(&v, "output"), format!("start {i}\n"), "{v:#}");
+    }
+    // And one that keeps stopping it (and whatever replaced it) while starts go on.
+    let serve = s.pid();
+    let stopper = start_promptly(
+        &s,
+        &format!(
+            "while :; do for p in $(ps -o pid= --ppid {serve}); do \
+             [ \"$(cat /proc/$p/comm)\" = gitterm-forks ] && kill -STOP $p; done; \
+             sleep 0.01; done > /dev/null 2>&1 & echo started"
+        ),
+    );
+    assert_eq!(stopper["status"], "succeeded", "{stopper:#}");
+    for i in 0..4 {
+        let v = start_promptly(&s, &format!("echo again {i}"));
+        assert_eq!(v["status"], "succeeded", "{v:#}");
+    }
+    // The stopper is a process of its job: ended by the guard's cancel is not enough (the
+    // job has ended), so end it here as its owner would.
+    kill_job_processes(text(&stopper, "id"));
 }
