@@ -164,3 +164,157 @@ fn a_job_that_stops_the_fork_server_holds_no_later_start() {
     // job has ended), so end it here as its owner would.
     kill_job_processes(text(&stopper, "id"));
 }
+
+// ---------------------------------------------------------------------------------------
+// A job's input arrives exactly once, however slowly the job reads it.
+// ---------------------------------------------------------------------------------------
+
+/// 1.5 MB in which every 8-byte word names its own offset: a byte delivered twice, lost
+/// or moved shows as a word out of place.
+fn numbered(len: usize) -> Vec<u8> {
+    let mut v: Vec<u8> = (0..len.div_ceil(8))
+        .flat_map(|i| format!("{:07x}\n", i * 8).into_bytes())
+        .collect();
+    v.truncate(len);
+    v
+}
+
+/// Where two byte strings first differ (for a failure that says where).
+fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
+    a.iter()
+        .zip(b)
+        .position(|(x, y)| x != y)
+        .or((a.len() != b.len()).then(|| a.len().min(b.len())))
+}
+
+/// `POST /v1/jobs/{id}/stdin` with `body`, written by a thread of its own while the answer
+/// is read (a server that answers before it read the whole body is not deadlocked by
+/// this client), as a client that streams a large input would.
+fn post_stdin(s: &Server, id: &str, body: &[u8], close: bool) -> (Resp, Duration) {
+    let path = format!(
+        "/v1/jobs/{id}/stdin{}",
+        if close { "?close=true" } else { "" }
+    );
+    let mut c = s.client();
+    c.r.get_ref().set_timeout(LONG);
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/octet-stream\r\nContent-Length: {}\r\n\r\n",
+        s.token,
+        body.len()
+    );
+    let mut req = head.into_bytes();
+    req.extend_from_slice(body);
+    let mut w = match c.r.get_ref() {
+        crate::util::http::Conn::Tcp(t) => t.try_clone().unwrap(),
+        crate::util::http::Conn::Unix(_) => unreachable!("the server listens on TCP"),
+    };
+    let t = Instant::now();
+    let writer = std::thread::spawn(move || {
+        // A server that stops reading closes the connection: the rest is not sent.
+        let _ = std::io::Write::write_all(&mut w, &req);
+    });
+    let mut r = c.read_response().expect("an answer to the stdin request");
+    let took = t.elapsed();
+    r.checked = crate::util::schema::check_answer("POST", &path, &r)
+        .unwrap_or_else(|e| panic!("POST {path}: {e}"));
+    drop(c);
+    writer.join().unwrap();
+    (r, took)
+}
+
+/// Starts an interactive job running `command` and returns its id.
+fn interactive(s: &Server, command: &str) -> String {
+    let r = s.client().post(
+        "/v1/jobs",
+        &json!({"command": command, "interactive": true, "background": true}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let id = text(&r.json(), "id").to_string();
+    s.sb.remember(&id);
+    id
+}
+
+/// Waits for the job's end and returns its record.
+fn ended(s: &Server, id: &str) -> Value {
+    let v = s
+        .client()
+        .get(&format!("/v1/jobs/{id}?waitSeconds=60"))
+        .json();
+    assert_ne!(v["status"], "running", "{v:#}");
+    v
+}
+
+/// Checks that `file` holds exactly `want`.
+fn assert_exact(file: &std::path::Path, want: &[u8]) {
+    let got = fs::read(file).unwrap_or_default();
+    assert!(
+        got == want,
+        "{} holds {} bytes of {}; first difference at byte {:?}",
+        file.display(),
+        got.len(),
+        want.len(),
+        first_difference(&got, want)
+    );
+}
+
+#[test]
+fn a_large_input_reaches_a_slow_reader_exactly_once() {
+    let s = Server::start(&[]);
+    let body = numbered(1_500_000);
+    // Reads 32 KiB at a time with a pause between: far slower than the body arrives, so
+    // the supervisor's 1 MiB fills and the request waits for the job as it goes.
+    let slow = interactive(
+        &s,
+        "while :; do n=$(dd bs=32768 count=1 iflag=fullblock 2>/dev/null | tee -a slow.bin | wc -c); \
+         [ \"$n\" -eq 0 ] && break; sleep 0.02; done",
+    );
+    // Reads nothing for 3 s (the body is in by then), then all of it.
+    let late = interactive(&s, "sleep 3; cat > late.bin");
+    for (id, file) in [(&slow, "slow.bin"), (&late, "late.bin")] {
+        let (r, took) = post_stdin(&s, id, &body, true);
+        assert_eq!(r.status, 200, "after {took:?}: {}", r.text());
+        assert_eq!(r.json(), json!({"ok": true}));
+        let v = ended(&s, id);
+        assert_eq!(v["status"], "succeeded", "{v:#}");
+        assert_exact(&s.sb.file(file), &body);
+    }
+}
+
+#[test]
+fn an_input_the_job_never_reads_is_answered_with_what_was_delivered() {
+    let s = Server::start(&[]);
+    let body = numbered(1_500_000);
+    // Reads nothing until told to, then copies its stdin.
+    let id = interactive(&s, "while [ ! -e go ]; do sleep 0.05; done; cat > got.bin");
+    let (r, took) = post_stdin(&s, &id, &body, true);
+    // The supervisor keeps 1 MiB, the pipe some more: the rest waits for a reader that
+    // never comes, and the answer (after the 10 s the route waits) says how far it got.
+    assert_eq!(r.status, 429, "after {took:?}: {}", r.text());
+    let err = &r.json()["error"];
+    assert_eq!(err["code"], "rate_limited", "{err:#}");
+    let delivered = err["delivered"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no delivered count in {err:#}"));
+    assert!(
+        delivered > 0 && delivered < body.len() as u64,
+        "delivered {delivered} of {}: {err:#}",
+        body.len()
+    );
+    assert!(
+        text(err, "message").contains(&delivered.to_string()),
+        "{err:#}"
+    );
+    // The job now reads; the client resumes from where the answer said, and the job has
+    // every byte exactly once.
+    fs::write(s.sb.file("go"), "").unwrap();
+    let (r, took) = post_stdin(&s, &id, &body[delivered as usize..], true);
+    assert_eq!(r.status, 200, "after {took:?}: {}", r.text());
+    let v = ended(&s, &id);
+    assert_eq!(v["status"], "succeeded", "{v:#}");
+    assert_exact(&s.sb.file("got.bin"), &body);
+    // A write to an ended job delivered nothing, and says so.
+    let (r, _) = post_stdin(&s, &id, b"more", false);
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert_eq!(r.json()["error"]["delivered"], 0, "{}", r.text());
+}
