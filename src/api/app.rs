@@ -46,6 +46,8 @@ pub struct App {
     allowed_origins: Vec<String>,
     /// The largest file an upload may write.
     pub(super) max_file_bytes: u64,
+    /// The largest request body (`--max-body`), for a body this handler streams itself.
+    max_body: u64,
 }
 
 /// A single-use credential for one terminal WebSocket, for a browser (which cannot set
@@ -107,6 +109,7 @@ impl App {
             tickets: std::sync::Mutex::new(Vec::new()),
             allowed_origins: Vec::new(),
             max_file_bytes: super::handlers::files::DEFAULT_MAX_FILE_BYTES,
+            max_body: super::http::Limits::default().max_body,
         }
     }
 
@@ -189,6 +192,12 @@ impl App {
         self
     }
 
+    /// Caps request bodies the handlers stream (a job's stdin) as the server caps others.
+    pub fn with_max_body(mut self, n: u64) -> App {
+        self.max_body = n;
+        self
+    }
+
     /// Caps the requests that wait at once: long-polls, starts that wait for their job,
     /// previews (see `App::wait_slot`).
     pub fn with_max_waiting(mut self, n: usize) -> App {
@@ -258,6 +267,9 @@ impl App {
             }
             Some(Err(f)) => Err(f),
             None if route == Route::WriteFile => super::handlers::files::write(self, &call, stream),
+            None if route == Route::JobStdin => {
+                super::handlers::interactive::stdin_stream(self, &call, stream)
+            }
             None => (route.handler())(self, &call),
         };
         let mut close = false;
@@ -448,8 +460,15 @@ impl Handler for App {
     }
 
     fn streamed_body(&self, head: &Head) -> Option<u64> {
-        (head.method == Route::WriteFile.method() && head.path == Route::WriteFile.template())
-            .then_some(self.max_file_bytes)
+        if head.method == Route::WriteFile.method() && head.path == Route::WriteFile.template() {
+            return Some(self.max_file_bytes);
+        }
+        // A job's input goes to it as it arrives, a chunk at a time: never held whole.
+        matches!(
+            Route::find(&head.method, &head.path),
+            Matched::Route(Route::JobStdin, _)
+        )
+        .then_some(self.max_body)
     }
 
     fn handle_stream(

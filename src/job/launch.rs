@@ -413,8 +413,10 @@ fn spawn_supervisor(
     use std::os::fd::AsFd;
     let failed = |e| Error::io("starting the job's supervisor", e);
     let stdin_fd = stdin.as_ref().map(|f| f.as_fd());
-    // A fork server that is gone (killed) leaves the exec path.
-    let served = FORK_SERVER.get().and_then(|s| {
+    // A fork server that is gone (killed) or was given up (stopped) leaves the exec path.
+    // One that was sent the start and never answered may have forked its supervisor
+    // anyway: the start fails rather than risk a second one.
+    let served = match FORK_SERVER.get().map(|s| {
         s.launch(
             store.root(),
             id.as_str(),
@@ -422,8 +424,11 @@ fn spawn_supervisor(
             spec.as_fd(),
             stdin_fd,
         )
-        .ok()
-    });
+    }) {
+        Some(Ok(r)) => Some(r),
+        Some(Err(e)) if e.kind() == std::io::ErrorKind::TimedOut => return Err(failed(e)),
+        _ => None,
+    };
     let (mut out, first): (fs::File, Option<i32>) = if let Some(r) = served {
         (r, None)
     } else if crate::os::proc::threads(std::process::id() as i32) == 1 {
