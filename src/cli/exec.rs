@@ -62,6 +62,10 @@ pub struct Args {
     /// then d detaches and leaves it running)
     #[arg(long, conflicts_with_all = ["json", "wait"])]
     tty: bool,
+    /// Do not pass this stdin to the job (it gets /dev/null), as `ssh -n`: for a job in a
+    /// `while read` loop, or one started to run on in the background
+    #[arg(short = 'n', long)]
+    no_stdin: bool,
     #[command(flatten)]
     limits: LimitArgs,
     /// The command; words are joined with single spaces (as ssh does)
@@ -99,13 +103,34 @@ pub fn run(a: Args) -> Result<i32> {
         let rec = crate::job::launch::start(&store, &cfg, req)?;
         return super::attach::session(&store, &rec.id, true);
     }
-    exec(&store, &cfg, req, wait, a.json)
+    let stdin = if a.no_stdin { None } else { passed_stdin() };
+    exec(&store, &cfg, req, stdin, wait, a.json)
+}
+
+/// This process's stdin, when the job should have it: a pipe, a file or a socket becomes
+/// the job's stdin itself (as `ssh` passes its stdin on). Not a terminal: without `--tty`
+/// its keys stay this user's, and the job reads /dev/null, as it always did; not
+/// /dev/null or a closed stdin, which leave nothing to pass (one `fstat`: the start of a
+/// job without input stays as fast).
+fn passed_stdin() -> Option<std::fs::File> {
+    use nix::sys::stat::{SFlag, fstat};
+    use std::os::fd::AsFd;
+    let fd = std::io::stdin();
+    let fd = fd.as_fd();
+    let st = fstat(fd).ok()?;
+    if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFCHR
+        && (st.st_rdev == libc::makedev(1, 3) || nix::unistd::isatty(fd).unwrap_or(false))
+    {
+        return None;
+    }
+    fd.try_clone_to_owned().ok().map(std::fs::File::from)
 }
 
 fn exec(
     store: &Store,
     cfg: &Config,
     req: StartRequest,
+    stdin: Option<std::fs::File>,
     wait: Option<f64>,
     json: bool,
 ) -> Result<i32> {
@@ -119,7 +144,7 @@ fn exec(
     ] {
         let _ = signal_hook::flag::register(sig, Arc::clone(&interrupted));
     }
-    let (rec, events) = launch::start_watched(store, cfg, req)?;
+    let (rec, events) = launch::start_with_stdin(store, cfg, req, stdin)?;
     let id = rec.id.clone();
     let mut waiter = match events {
         Some(e) => Waiter::Events(e),
