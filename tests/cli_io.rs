@@ -348,3 +348,80 @@ fn a_job_user_reads_the_stdin_passed_to_it() {
         "{out:#?}"
     );
 }
+
+#[test]
+fn a_clamped_timeout_is_said_and_a_preview_gets_the_cap() {
+    let s = Server::start(&["--max-job-seconds", "172800"]);
+    let mut c = s.client();
+    let record = |c: &mut Client, id: &str| c.get(&format!("/v1/jobs/{id}")).json();
+    // Asked for more than the cap: the cap, and the answer says so.
+    let r = c.post(
+        "/v1/jobs",
+        &json!({"command": "true", "timeoutSeconds": 999_999}),
+    );
+    let v = r.json();
+    assert_eq!(
+        (v["timeoutSeconds"].as_f64(), &v["timeoutClamped"]),
+        (Some(172_800.0), &json!(true)),
+        "{v:#}"
+    );
+    assert_eq!(record(&mut c, text(&v, "id"))["timeoutClamped"], true);
+    // Within the cap, or none asked: nothing was clamped (none asked: the cap itself).
+    for (body, want) in [
+        (json!({"command": "true", "timeoutSeconds": 5}), 5.0),
+        (json!({"command": "true"}), 172_800.0),
+    ] {
+        let v = c.post("/v1/jobs", &body).json();
+        assert_eq!(v["timeoutSeconds"].as_f64(), Some(want), "{v:#}");
+        assert!(v.get("timeoutClamped").is_none(), "{v:#}");
+    }
+    // A preview's server job lives as long as the operator lets any job live.
+    let free = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let inner = s.dir().join("inner");
+    let cmd = format!(
+        "GITTERM_HOME={} exec {BIN} serve --listen 127.0.0.1:{free}",
+        inner.display()
+    );
+    let r = c.post(
+        "/v1/previews",
+        &json!({"port": free, "command": cmd, "probe": "http", "path": "/v1/health"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let job = text(&r.json(), "jobId").to_string();
+    let v = record(&mut c, &job);
+    assert_eq!(v["timeoutSeconds"].as_f64(), Some(172_800.0), "{v:#}");
+    assert!(v.get("timeoutClamped").is_none(), "{v:#}");
+    c.post(&format!("/v1/jobs/{job}/cancel"), &json!({}));
+
+    // The CLI says it on stderr, one line naming the cap and the flag that raises it.
+    let sb = &s.sb;
+    let out = sb.run(&["exec", "--timeout", "99999", "--", "echo ran"]);
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (Some(0), "ran\n"),
+        "{out:#?}"
+    );
+    let notes: Vec<&str> = out.stderr.lines().collect();
+    assert_eq!(notes.len(), 1, "{out:#?}");
+    assert!(
+        notes[0].starts_with("gitterm-agent: note: ")
+            && notes[0].contains("3600 s")
+            && notes[0].contains("--max-job-seconds"),
+        "{out:#?}"
+    );
+    let (out, v) = sb.exec_json(&["--timeout", "50", "--max-job-seconds", "20", "--", "true"]);
+    assert_eq!(
+        (v["timeoutSeconds"].as_f64(), &v["timeoutClamped"]),
+        (Some(20.0), &json!(true))
+    );
+    assert!(
+        out.stderr.contains("20 s") && out.stderr.contains("note:"),
+        "{out:#?}"
+    );
+    // Not clamped: not a word.
+    let out = sb.run(&["exec", "--timeout", "60", "--", "true"]);
+    assert_eq!(out.stderr, "", "{out:#?}");
+}

@@ -36,7 +36,8 @@ pub fn after_help() -> String {
 /// Flags of `exec`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Seconds before the job is ended as timed out (capped by --max-job-seconds)
+    /// Seconds before the job is ended as timed out (at most --max-job-seconds, which is
+    /// also the default)
     #[arg(long, value_name = "S", allow_hyphen_values = true)]
     timeout: Option<Seconds>,
     /// End the job as timed out after this many seconds without output
@@ -101,6 +102,7 @@ pub fn run(a: Args) -> Result<i32> {
         let (cols, rows) = crate::os::term::size(std::io::stdout()).unwrap_or((80, 24));
         req.pty = Some(spec::PtySize { cols, rows });
         let rec = crate::job::launch::start(&store, &cfg, req)?;
+        note_clamped(&rec);
         return super::attach::session(&store, &rec.id, true);
     }
     let stdin = if a.no_stdin { None } else { passed_stdin() };
@@ -145,6 +147,7 @@ fn exec(
         let _ = signal_hook::flag::register(sig, Arc::clone(&interrupted));
     }
     let (rec, events) = launch::start_with_stdin(store, cfg, req, stdin)?;
+    note_clamped(&rec);
     let id = rec.id.clone();
     let mut waiter = match events {
         Some(e) => Waiter::Events(e),
@@ -187,6 +190,22 @@ fn exec(
         }
     }
     Ok(exit_status(&rec))
+}
+
+/// Says on stderr that the job's timeout is shorter than asked, and how to raise it.
+fn note_clamped(rec: &JobRecord) {
+    if rec.timeout_clamped {
+        diagnostic(clamped_note(rec));
+    }
+}
+
+/// The note of [`note_clamped`].
+fn clamped_note(rec: &JobRecord) -> String {
+    format!(
+        "note: --timeout is over the cap, so job {} times out after {} s; \
+         raise the cap with --max-job-seconds S",
+        rec.id, rec.timeout_seconds
+    )
 }
 
 /// What `exec` says on stderr about how a job ended (or that it goes on), if anything:

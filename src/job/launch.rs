@@ -28,6 +28,8 @@ use crate::text::redact::Redactor;
 struct Resolved {
     cwd: String,
     timeout: f64,
+    /// The request asked for more than the cap.
+    clamped: bool,
     idle: Option<f64>,
     user: Option<JobUser>,
 }
@@ -147,10 +149,14 @@ fn validate(req: &StartRequest, cfg: &Config) -> Result<Resolved> {
         )));
     }
     let cwd = fs::canonicalize(&cwd).unwrap_or(cwd);
-    let timeout = match req.timeout_seconds {
-        Some(t) => check_seconds("timeoutSeconds", t)?.min(cfg.max_job_seconds),
-        None => cfg.max_job_seconds,
-    };
+    let asked = req
+        .timeout_seconds
+        .map(|t| check_seconds("timeoutSeconds", t))
+        .transpose()?;
+    let timeout = asked
+        .unwrap_or(cfg.max_job_seconds)
+        .min(cfg.max_job_seconds);
+    let clamped = asked.is_some_and(|t| t > cfg.max_job_seconds);
     let idle = req
         .idle_timeout_seconds
         .map(|t| check_seconds("idleTimeoutSeconds", t))
@@ -158,6 +164,7 @@ fn validate(req: &StartRequest, cfg: &Config) -> Result<Resolved> {
     Ok(Resolved {
         cwd: cwd.to_string_lossy().into_owned(),
         timeout,
+        clamped,
         idle,
         user,
     })
@@ -297,6 +304,7 @@ fn create_and_spawn(
     let Resolved {
         cwd,
         timeout,
+        clamped,
         idle,
         user,
     } = resolved;
@@ -350,6 +358,7 @@ fn create_and_spawn(
         ended_at: None,
         timeout_seconds: timeout,
         idle_timeout_seconds: idle,
+        timeout_clamped: clamped,
         pid: None,
         pgid: None,
         output_bytes: 0,
