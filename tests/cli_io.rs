@@ -425,3 +425,50 @@ fn a_clamped_timeout_is_said_and_a_preview_gets_the_cap() {
     let out = sb.run(&["exec", "--timeout", "60", "--", "true"]);
     assert_eq!(out.stderr, "", "{out:#?}");
 }
+
+#[test]
+fn a_newcomers_usage_errors_and_the_version() {
+    let sb = Sandbox::new();
+    // The command without `--`: the tip says where it goes, and nothing runs.
+    for args in [
+        &["exec", "true"][..],
+        &["exec", "--timeout", "5", "ls", "-la"],
+    ] {
+        let out = sb.run(args);
+        assert_eq!(out.code, Some(2), "{out:#?}");
+        let word = args
+            .iter()
+            .find(|a| !a.starts_with('-') && **a != "exec" && **a != "5");
+        let tip = format!(
+            "tip: the command goes after `--`, as in 'gitterm-agent exec [OPTIONS] -- {} ...'",
+            word.unwrap()
+        );
+        assert!(out.stderr.contains(&tip), "{out:#?}");
+    }
+    assert!(sb.job_ids().is_empty(), "a refused exec ran a job");
+    // A misspelt flag keeps clap's own tip, without ours.
+    let out = sb.run(&["exec", "--bogus", "--", "true"]);
+    assert!(!out.stderr.contains("goes after"), "{out:#?}");
+    // The version names the commit it was built from (or says it is unknown).
+    let out = sb.run(&["--version"]);
+    let line = out.stdout.trim_end();
+    let build = line
+        .strip_prefix(&format!("gitterm-agent {} (", env!("CARGO_PKG_VERSION")))
+        .and_then(|r| r.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("{out:#?}"));
+    let commit = build.split(' ').next().unwrap();
+    assert!(
+        build == "unknown" || (commit.len() >= 7 && commit.bytes().all(|b| b.is_ascii_hexdigit())),
+        "{out:#?}"
+    );
+    // The synopsis lists every command a user has.
+    let out = sb.run(&["--help"]);
+    for cmd in [
+        "exec", "attach", "status", "logs", "cancel", "prune", "events", "serve",
+    ] {
+        assert!(
+            out.stdout.contains(&format!("\n  {cmd} ")),
+            "{cmd}: {out:#?}"
+        );
+    }
+}
