@@ -424,6 +424,14 @@ fn a_clamped_timeout_is_said_and_a_preview_gets_the_cap() {
     // Not clamped: not a word.
     let out = sb.run(&["exec", "--timeout", "60", "--", "true"]);
     assert_eq!(out.stderr, "", "{out:#?}");
+    // No --timeout, ended by the cap: the end says which limit that was.
+    let out = sb.run(&["exec", "--max-job-seconds", "1", "--", "sleep 60"]);
+    assert_eq!(out.code, Some(124), "{out:#?}");
+    assert!(
+        out.stderr
+            .contains("timed out after 1 s (no --timeout was given: that is the cap"),
+        "{out:#?}"
+    );
 }
 
 #[test]

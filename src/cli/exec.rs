@@ -146,6 +146,7 @@ fn exec(
     ] {
         let _ = signal_hook::flag::register(sig, Arc::clone(&interrupted));
     }
+    let default_timeout = req.timeout_seconds.is_none();
     let (rec, events) = launch::start_with_stdin(store, cfg, req, stdin)?;
     note_clamped(&rec);
     let id = rec.id.clone();
@@ -185,7 +186,7 @@ fn exec(
         if detached {
             print_line(&rec.id);
         }
-        if let Some(note) = notice(&rec) {
+        if let Some(note) = notice(&rec, default_timeout) {
             diagnostic(note);
         }
     }
@@ -209,8 +210,9 @@ fn clamped_note(rec: &JobRecord) -> String {
 }
 
 /// What `exec` says on stderr about how a job ended (or that it goes on), if anything:
-/// the reason when the exit status alone does not tell it.
-fn notice(rec: &JobRecord) -> Option<String> {
+/// the reason when the exit status alone does not tell it. A job given no timeout that
+/// ran into the cap is told where that limit came from (`default_timeout`).
+fn notice(rec: &JobRecord, default_timeout: bool) -> Option<String> {
     let id = &rec.id;
     if rec.status == Status::Running {
         return Some(format!(
@@ -221,10 +223,18 @@ fn notice(rec: &JobRecord) -> Option<String> {
         .reason
         .as_deref()
         .filter(|_| rec.status != Status::Succeeded)?;
+    let cap = if default_timeout
+        && rec.status == Status::TimedOut
+        && reason.starts_with("timed out after")
+    {
+        " (no --timeout was given: that is the cap, which --max-job-seconds S raises)"
+    } else {
+        ""
+    };
     (matches!(rec.status, Status::TimedOut | Status::Lost)
         || rec.output_truncated
         || rec.exit_code.is_none())
-    .then(|| format!("job {id} {}: {reason}", rec.status.as_str()))
+    .then(|| format!("job {id} {}: {reason}{cap}", rec.status.as_str()))
 }
 
 /// The CLI exit status for a job: its own code, 128+signal, 124 timed out, 125 lost.
@@ -293,25 +303,38 @@ mod tests {
     fn notice_names_the_job_and_why_when_the_status_does_not() {
         use serde_json::json;
         let id = "job_0123456789abcdef0123";
-        let running = notice(&rec("running", json!({}))).unwrap();
+        let running = notice(&rec("running", json!({})), false).unwrap();
         assert!(
             running.contains(&format!("logs --follow {id}")),
             "{running}"
         );
         let timed_out = rec("timed_out", json!({"reason": "ran past 60 s"}));
         assert_eq!(
-            notice(&timed_out).unwrap(),
+            notice(&timed_out, false).unwrap(),
             format!("job {id} timed_out: ran past 60 s")
         );
+        // Without --timeout, the cap is named as the limit that ended it.
+        let capped = rec("timed_out", json!({"reason": "timed out after 3600 s"}));
+        let note = notice(&capped, true).unwrap();
+        assert!(
+            note.ends_with("that is the cap, which --max-job-seconds S raises)"),
+            "{note}"
+        );
+        assert!(!notice(&capped, false).unwrap().contains("cap"));
+        let idle = rec(
+            "timed_out",
+            json!({"reason": "no output for 5 s (idle timeout)"}),
+        );
+        assert!(!notice(&idle, true).unwrap().contains("cap"));
         // A plain failure says it all with its exit code; a success needs no word.
         let failed = rec("failed", json!({"exitCode": 1, "reason": "x"}));
-        assert_eq!(notice(&failed), None);
+        assert_eq!(notice(&failed, true), None);
         let ok = rec("succeeded", json!({"exitCode": 0, "reason": "x"}));
-        assert_eq!(notice(&ok), None);
+        assert_eq!(notice(&ok, true), None);
         let cut = rec(
             "failed",
             json!({"exitCode": 1, "reason": "output cap", "outputTruncated": true}),
         );
-        assert!(notice(&cut).unwrap().ends_with("failed: output cap"));
+        assert!(notice(&cut, true).unwrap().ends_with("failed: output cap"));
     }
 }
