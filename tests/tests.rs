@@ -9,6 +9,7 @@ mod api;
 mod api_flood;
 mod cli;
 mod cli_help;
+mod cli_io;
 mod corpus;
 mod durability;
 mod events;
