@@ -20,3 +20,4 @@ mod log;
 mod openapi;
 mod pty;
 mod refusals;
+mod tickets;

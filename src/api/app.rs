@@ -140,11 +140,9 @@ impl App {
         if let Some(origin) = head.header("origin")
             && !self.allowed_origins.allows(origin)
         {
-            return Err(Error::Forbidden(format!(
-                "pages from origin {} may not use tickets: start serve with \
-                 --allowed-origin {} (the ticket is not used up)",
-                shown_path(origin),
-                shown_path(origin)
+            return Err(Error::Forbidden(cors::refused(
+                origin,
+                "use tickets (this one is not used up)",
             )));
         }
         Ok(ticket.access)

@@ -227,12 +227,7 @@ fn preflight_grant(
     };
     if !origins.allows(origin) {
         return Err((
-            Error::Forbidden(format!(
-                "pages from origin {} may not call this agent: start serve with \
-                 --allowed-origin {}",
-                shown(origin),
-                shown(origin)
-            )),
+            Error::Forbidden(refused(origin, "call this agent")),
             Some(route),
         ));
     }
@@ -272,6 +267,19 @@ pub fn decorate(origins: &Origins, head: &Head, resp: &mut Response) {
             .push(("Access-Control-Allow-Origin", origin.trim().to_string()));
         resp.headers
             .push(("Access-Control-Expose-Headers", EXPOSED_HEADERS.into()));
+    }
+}
+
+/// Why pages of `origin` may not do `what`, and what to do about it.
+pub fn refused(origin: &str, what: &str) -> String {
+    if origin.trim().eq_ignore_ascii_case("null") {
+        format!(
+            "pages of an opaque origin (`Origin: null`: sandboxed frames, file: pages) may not \
+             {what}; serve the page from an origin named by --allowed-origin"
+        )
+    } else {
+        let o = shown(origin);
+        format!("pages from origin {o} may not {what}: start serve with --allowed-origin {o}")
     }
 }
 
