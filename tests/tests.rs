@@ -22,3 +22,4 @@ mod openapi;
 mod pty;
 mod refusals;
 mod robust;
+mod tickets;

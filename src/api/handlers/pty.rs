@@ -39,7 +39,7 @@ pub fn ticket(app: &App, call: &Call<'_>) -> Reply {
     if rec.status.is_final() {
         return Err(Error::Conflict(format!("job {id} has ended")).into());
     }
-    let (ticket, expires) = app.issue_ticket(format!("/v1/jobs/{id}/pty"))?;
+    let (ticket, expires) = app.issue_ticket(format!("/v1/jobs/{id}/pty"), call.scoped)?;
     Ok(json!({"ticket": ticket, "expiresAt": crate::text::timefmt::rfc3339(expires)}).into())
 }
 
