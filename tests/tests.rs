@@ -18,5 +18,6 @@ mod hostile;
 mod jobs;
 mod log;
 mod openapi;
+mod protocol;
 mod pty;
 mod refusals;

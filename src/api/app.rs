@@ -5,8 +5,9 @@
 //! (`GET /v1/health`) needs nothing; everything else is authenticated first (so an
 //! unauthenticated client learns nothing, not even which routes exist), then routed
 //! (unknown path: 404 `not_found`; known path, wrong method: 400 `invalid` with an `Allow`
-//! header), then the scoped token's limits apply (403 `forbidden`), then the query string
-//! is parsed. Only then is the body read and the route's handler called.
+//! header; `HEAD` is routed as `GET`, and answered without the body), then the scoped
+//! token's limits apply (403 `forbidden`), then the query string is parsed. Only then is
+//! the body read and the route's handler called.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -311,14 +312,23 @@ impl App {
                 .check(&auth, &head.query)
                 .map_err(|e| error_response(e.into()))?
         };
-        let (route, id) = match Route::find(&head.method, &head.path) {
+        // HEAD is GET without the body (RFC 9110 §9.3.2): the connection drops the body, so
+        // everything else, the messages included, is the GET's.
+        let method = match head.method.as_str() {
+            "HEAD" => "GET",
+            m => m,
+        };
+        let (route, id) = match Route::find(method, &head.path) {
             Matched::Route(route, id) => (route, id),
-            Matched::WrongMethod(allowed) => {
+            Matched::WrongMethod(mut allowed) => {
+                if allowed.contains(&"GET") {
+                    allowed.push("HEAD");
+                }
                 let mut resp = error_response(
                     Error::Invalid(format!(
                         "{} does not accept {}; use {}",
                         head.path,
-                        shown_method(&head.method),
+                        shown_method(method),
                         allowed.join(" or ")
                     ))
                     .into(),
@@ -331,7 +341,7 @@ impl App {
                 return Err(error_response(
                     Error::NotFound(format!(
                         "no route {} {}; see docs/openapi.json",
-                        shown_method(&head.method),
+                        shown_method(method),
                         shown_path(&head.path)
                     ))
                     .into(),
