@@ -6,8 +6,10 @@
 //!   the recent output first (at least the last 64 KiB);
 //! - a text frame to the client, last: `{"type": "exit", "status", "exitCode", "signal"}`.
 //!
-//! A client that stops reading gets at most [`MAX_BEHIND`] bytes queued, then is closed
-//! with 1008 (policy): the job never waits for it.
+//! A client that stops reading gets at most [`MAX_BEHIND`] bytes queued (the WebSocket's
+//! buffer and the socket's send buffer together), then is closed with 1008 (policy): the
+//! job never waits for it. A frame that breaks RFC 6455 is answered with its close code
+//! (1002, 1007 or 1009), never with a bare close of the connection.
 
 use std::os::fd::AsFd;
 use std::time::Duration;
@@ -25,7 +27,7 @@ use crate::job::control::{Frame, Viewer};
 use crate::model::error::Error;
 use crate::state::store::Store;
 
-/// The most output queued for a client that does not read.
+/// The most output queued for a client that does not read, the socket's share included.
 pub const MAX_BEHIND: usize = 1 << 20;
 /// The largest message a client may send.
 const MAX_MESSAGE: usize = 1 << 20;
@@ -186,7 +188,8 @@ struct Queue {
 }
 
 impl Queue {
-    /// Hands a message of `payload` bytes to `ws`; false when it does not fit.
+    /// Hands `msg` to `ws` (its frame counted against the budget); false when it does not
+    /// fit, or the connection broke.
     fn send(&mut self, ws: &mut Ws, msg: Message) -> bool {
         let n = msg.len() as u64;
         // A server's frame: 2 bytes, and 2 or 8 more for a length over 125 or 65,535.
@@ -214,8 +217,9 @@ const SOCKET_SEND_BUFFER: usize = 128 << 10;
 /// Room for the close frame (and a pong) behind a full queue.
 const CLOSE_ROOM: usize = 256;
 /// How long a closing session waits for the client to take what is queued and the close
-/// frame; then for its close in answer.
+/// frame (a viewer that reads late still learns why it was closed).
 const DRAIN: Duration = Duration::from_secs(30);
+/// How long it then waits for the client's own close, reading what it sends meanwhile.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 /// How a session ends: the close code and reason sent, `None` when the client is gone.
@@ -294,7 +298,9 @@ fn serve(
                                 }
                             }
                             Frame::Exit(j) => {
-                                queue.send(ws, Message::Text(j.into()));
+                                if !queue.send(ws, Message::Text(j.into())) {
+                                    return behind();
+                                }
                                 return ended();
                             }
                         }
@@ -306,8 +312,11 @@ fn serve(
                     return match crate::job::settle::load(store, id) {
                         Ok(rec) if rec.status.is_final() => {
                             let exit = exit_frame(&rec).to_string();
-                            queue.send(ws, Message::Text(exit.into()));
-                            ended()
+                            if queue.send(ws, Message::Text(exit.into())) {
+                                ended()
+                            } else {
+                                behind()
+                            }
                         }
                         _ => behind(),
                     };
