@@ -228,7 +228,7 @@ def ws_checks(addr, token):
                 if not data:
                     raise EOFError
                 reader.feed_data(data)
-        except EOFError:
+        except (EOFError, OSError):
             break
         if f.opcode is Opcode.CLOSE:
             code = Close.parse(f.data).code
