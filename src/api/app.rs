@@ -606,6 +606,37 @@ mod tests {
     }
 
     #[test]
+    fn head_is_routed_to_every_get_route_and_answered_as_its_get() {
+        let (_d, app) = app();
+        let answer = |method: &str, route: Route| {
+            let path = route.template().replace("{id}", UNKNOWN_JOB);
+            let raw = format!("{method} {path} HTTP/1.1\r\nAuthorization: Bearer {FULL}\r\n\r\n");
+            let head = parse_head(raw.as_bytes(), 100).unwrap();
+            match app.check(&head) {
+                Ok(admitted) => app.handle(admitted, Request { head, body: vec![] }),
+                Err(resp) => *resp,
+            }
+        };
+        for &route in Route::ALL {
+            let head = answer("HEAD", route);
+            if route.method() == "GET" {
+                let get = answer("GET", route);
+                assert_eq!(head.status, get.status, "{route:?}");
+                assert_eq!(head.route, route.template(), "{route:?}");
+                assert_eq!(head.body.len(), get.body.len(), "{route:?}");
+            } else if !Route::ALL
+                .iter()
+                .any(|r| r.method() == "GET" && r.template() == route.template())
+            {
+                // A path no GET serves: refused as a GET would be, naming what it takes.
+                let allow = head.headers.iter().find(|(k, _)| *k == "Allow");
+                assert_eq!(head.status, 400, "{route:?}");
+                assert!(allow.is_some_and(|(_, v)| !v.contains("HEAD")), "{route:?}");
+            }
+        }
+    }
+
+    #[test]
     fn every_route_admits_by_its_scope() {
         let (_d, app) = app();
         for &route in Route::ALL {
