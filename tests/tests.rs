@@ -19,6 +19,7 @@ mod hostile;
 mod jobs;
 mod log;
 mod openapi;
+mod protocol;
 mod pty;
 mod refusals;
 mod robust;

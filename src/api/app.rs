@@ -5,8 +5,9 @@
 //! (`GET /v1/health`) needs nothing; everything else is authenticated first (so an
 //! unauthenticated client learns nothing, not even which routes exist), then routed
 //! (unknown path: 404 `not_found`; known path, wrong method: 400 `invalid` with an `Allow`
-//! header), then the scoped token's limits apply (403 `forbidden`), then the query string
-//! is parsed. Only then is the body read and the route's handler called.
+//! header; `HEAD` is routed as `GET`, and answered without the body), then the scoped
+//! token's limits apply (403 `forbidden`), then the query string is parsed. Only then is
+//! the body read and the route's handler called.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -307,14 +308,23 @@ impl App {
                 .check(&auth, &head.query)
                 .map_err(|e| error_response(e.into()))?
         };
-        let (route, id) = match Route::find(&head.method, &head.path) {
+        // HEAD is GET without the body (RFC 9110 §9.3.2): the connection drops the body, so
+        // everything else, the messages included, is the GET's.
+        let method = match head.method.as_str() {
+            "HEAD" => "GET",
+            m => m,
+        };
+        let (route, id) = match Route::find(method, &head.path) {
             Matched::Route(route, id) => (route, id),
-            Matched::WrongMethod(allowed) => {
+            Matched::WrongMethod(mut allowed) => {
+                if allowed.contains(&"GET") {
+                    allowed.push("HEAD");
+                }
                 let mut resp = error_response(
                     Error::Invalid(format!(
                         "{} does not accept {}; use {}",
                         head.path,
-                        shown_method(&head.method),
+                        shown_method(method),
                         allowed.join(" or ")
                     ))
                     .into(),
@@ -327,7 +337,7 @@ impl App {
                 return Err(error_response(
                     Error::NotFound(format!(
                         "no route {} {}; see docs/openapi.json",
-                        shown_method(&head.method),
+                        shown_method(method),
                         shown_path(&head.path)
                     ))
                     .into(),
@@ -617,6 +627,37 @@ mod tests {
             assert!(text.contains(needle), "{route:?}: {text}");
             assert_eq!(resp.route, route.template(), "{route:?}");
             assert!(resp.headers.iter().all(|(k, _)| *k != "Allow"), "{route:?}");
+        }
+    }
+
+    #[test]
+    fn head_is_routed_to_every_get_route_and_answered_as_its_get() {
+        let (_d, app) = app();
+        let answer = |method: &str, route: Route| {
+            let path = route.template().replace("{id}", UNKNOWN_JOB);
+            let raw = format!("{method} {path} HTTP/1.1\r\nAuthorization: Bearer {FULL}\r\n\r\n");
+            let head = parse_head(raw.as_bytes(), 100).unwrap();
+            match app.check(&head) {
+                Ok(admitted) => app.handle(admitted, Request { head, body: vec![] }),
+                Err(resp) => *resp,
+            }
+        };
+        for &route in Route::ALL {
+            let head = answer("HEAD", route);
+            if route.method() == "GET" {
+                let get = answer("GET", route);
+                assert_eq!(head.status, get.status, "{route:?}");
+                assert_eq!(head.route, route.template(), "{route:?}");
+                assert_eq!(head.body.len(), get.body.len(), "{route:?}");
+            } else if !Route::ALL
+                .iter()
+                .any(|r| r.method() == "GET" && r.template() == route.template())
+            {
+                // A path no GET serves: refused as a GET would be, naming what it takes.
+                let allow = head.headers.iter().find(|(k, _)| *k == "Allow");
+                assert_eq!(head.status, 400, "{route:?}");
+                assert!(allow.is_some_and(|(_, v)| !v.contains("HEAD")), "{route:?}");
+            }
         }
     }
 

@@ -302,6 +302,13 @@ pub fn read(app: &App, call: &Call<'_>) -> Reply {
         )))
     })?;
     let size = st.st_size as u64;
+    if call.head.none_match(&fs::etag(&st)) {
+        let tag = vec![
+            ("ETag", fs::etag(&st)),
+            ("Cache-Control", "no-store".into()),
+        ];
+        return Ok(Answer::Response(Response::new(304, tag, Vec::new())));
+    }
     let mut resp = Response::new(
         200,
         vec![
