@@ -301,3 +301,174 @@ fn a_path_persisted_by_the_scoped_token_never_reaches_a_root_job() {
     let out = text(&r.json(), "output").to_string();
     assert!(!out.contains(bin.to_str().unwrap()), "{out}");
 }
+
+// ---------------------------------------------------------------------------------------
+// §2: jobs of one user are one trust domain, but the agent never hands back another
+// job's secret, and no job opens another's terminal.
+// ---------------------------------------------------------------------------------------
+
+fn start(c: &mut Client, body: Value) -> Value {
+    let r = c.post("/v1/jobs", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+fn output_log(s: &Server, id: &str) -> String {
+    fs::read_to_string(s.home.join("jobs").join(id).join("output.log")).unwrap_or_default()
+}
+
+fn wait_log(s: &Server, id: &str, needle: &str) -> String {
+    eventually(PROMPT, &format!("{needle:?} in the output of {id}"), || {
+        let t = output_log(s, id);
+        t.contains(needle).then_some(t)
+    })
+}
+
+#[test]
+fn a_job_that_prints_another_jobs_secret_from_proc_gets_redacted() {
+    let Some(u) = TestUser::create("environ") else {
+        return;
+    };
+    let s = server(Some(&u));
+    let mut c = s.client();
+    let secret = "neighbours secret/value-4c21";
+    let b64 = base64(format!("VICTIM={secret}").as_bytes());
+    // What a thief prints: the value plain, in base64, and percent-encoded by a program.
+    let steal = "tr '\\0' '\\n' < /proc/$P/environ | grep '^VICTIM=' > stolen.$$; \
+                 cat stolen.$$; base64 -w0 < stolen.$$; echo; \
+                 sed 's/ /%20/g; s|/|%2F|g' stolen.$$; rm stolen.$$";
+    let home = u.home.display().to_string();
+    // One that started (and printed) before the victim existed...
+    let early = start(
+        &mut c,
+        json!({"command": format!("echo ready; while [ ! -e {home}/go ]; do sleep 0.05; done; \
+                                   P=$(cat {home}/go); {steal}; echo end"),
+               "background": true, "timeoutSeconds": 60}),
+    );
+    let early_id = id_of(&early);
+    wait_log(&s, &early_id, "ready\n");
+    let victim = start(
+        &mut c,
+        json!({"command": "sleep 60", "secretEnv": {"VICTIM": secret}, "background": true}),
+    );
+    let victim_id = id_of(&victim);
+    let pid = victim["pid"].as_i64().expect("the victim's pid");
+    // ... one that copies it silently while the victim runs and prints it after it ended...
+    let silent = start(
+        &mut c,
+        json!({"command": format!("P={pid}; tr '\\0' '\\n' < /proc/$P/environ | grep '^VICTIM=' > copied; \
+                                   echo copied > copied.done; \
+                                   while [ ! -e {home}/go2 ]; do sleep 0.05; done; cat copied; rm copied*"),
+               "background": true, "timeoutSeconds": 60}),
+    );
+    let silent_id = id_of(&silent);
+    // ... and one started while the victim runs.
+    let late = start(
+        &mut c,
+        json!({"command": format!("P={pid}; {steal}; echo end"), "waitSeconds": 30}),
+    );
+    fs::write(u.home.join("go"), pid.to_string()).unwrap();
+    eventually(PROMPT, "the silent copy", || {
+        u.home.join("copied.done").exists().then_some(())
+    });
+    let early = c.get(&format!("/v1/jobs/{early_id}?waitSeconds=30")).json();
+    let r = c.post(&format!("/v1/jobs/{victim_id}/cancel"), &json!({}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    fs::write(u.home.join("go2"), "").unwrap();
+    let silent = c
+        .get(&format!("/v1/jobs/{silent_id}?waitSeconds=30"))
+        .json();
+    for v in [&early, &late, &silent] {
+        let id = id_of(v);
+        assert_eq!(v["status"], "succeeded", "{v:#}");
+        let api = text(v, "output").to_string();
+        let log = output_log(&s, &id);
+        for out in [&api, &log] {
+            assert!(!out.contains(secret), "the secret came back:\n{out}");
+            assert!(!out.contains(&b64[8..24]), "its base64 came back:\n{out}");
+            assert!(!out.contains("neighbours%20secret"), "{out}");
+            assert!(out.contains("VICTIM=[redacted]"), "{out}");
+        }
+        // The page API and the log endpoint read the same stored bytes.
+        let page = c.get(&format!("/v1/jobs/{id}/output?offset=0"));
+        assert!(!page.text().contains(secret), "{}", page.text());
+    }
+    assert!(
+        text(&early, "output").contains(&"[redacted]".to_string())
+            && text(&early, "output").ends_with("end\n"),
+        "{early:#}"
+    );
+}
+
+#[test]
+fn no_job_opens_another_jobs_terminal() {
+    let Some(u) = TestUser::create("pts") else {
+        return;
+    };
+    let s = server(Some(&u));
+    let mut c = s.client();
+    let home = u.home.display().to_string();
+    fs::write(u.home.join("page.txt"), "a page for less\n").unwrap();
+    // A terminal job that uses its terminal every way a program does.
+    let a = start(
+        &mut c,
+        json!({"command": format!("tty > {home}/a.tty; echo \"own=$(tty)\"; stty size; tput cols; \
+                                   echo via-dev-tty > /dev/tty; printf 'Password: ' > /dev/tty; \
+                                   IFS= read -r line < /dev/tty; echo \"got:$line\"; \
+                                   less {home}/page.txt; \
+                                   vi -c 'call setline(1, \"from-vi\")' -c 'wq' {home}/vi.txt; \
+                                   cat {home}/vi.txt; echo end"),
+               "pty": {"cols": 100, "rows": 30}, "background": true, "timeoutSeconds": 60}),
+    );
+    let a_id = id_of(&a);
+    // The prompt itself has no newline yet: what precedes it says the job got there.
+    wait_log(&s, &a_id, "via-dev-tty\n");
+    let pts = fs::read_to_string(u.home.join("a.tty")).unwrap();
+    let pts = pts.trim();
+    assert!(pts.starts_with("/dev/pts/"), "{pts}");
+    // Another job of the same user reaches for it: read, write, both, and by /dev/tty's
+    // trick of a fresh open through /proc.
+    let shell_pid = a["pid"].as_i64().unwrap();
+    let attack = format!(
+        "for m in '<' '>' '<>'; do if (eval \"exec 3$m{pts}\") 2>/dev/null; then echo \"OPENED $m\"; \
+         else echo \"refused $m\"; fi; done; \
+         if (echo forged > /proc/{shell_pid}/fd/1) 2>/dev/null; then echo OPENED-proc; else echo refused-proc; fi; \
+         chmod 666 {pts} 2>/dev/null && echo OPENED-chmod || echo refused-chmod"
+    );
+    let b = start(&mut c, json!({"command": attack, "waitSeconds": 30}));
+    assert_eq!(b["user"], u.name.as_str());
+    assert_eq!(
+        text(&b, "output"),
+        "refused <\nrefused >\nrefused <>\nrefused-proc\nrefused-chmod\n",
+        "{b:#}"
+    );
+    // A's own terminal still works: answer the prompt, leave less.
+    let r = c.send(
+        "POST",
+        &format!("/v1/jobs/{a_id}/stdin"),
+        &[],
+        Some(b"typed-line\n"),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    wait_log(&s, &a_id, "got:typed-line");
+    eventually(PROMPT, "less to show its page", || {
+        output_log(&s, &a_id)
+            .contains("a page for less")
+            .then_some(())
+    });
+    let r = c.send("POST", &format!("/v1/jobs/{a_id}/stdin"), &[], Some(b"q"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = c.get(&format!("/v1/jobs/{a_id}?waitSeconds=30")).json();
+    assert_eq!(v["status"], "succeeded", "{v:#}");
+    let log = output_log(&s, &a_id);
+    for want in [
+        &format!("own={pts}\n") as &str,
+        "30 100\n",
+        "100\n",
+        "via-dev-tty\n",
+        "from-vi\nend\n",
+    ] {
+        assert!(log.contains(want), "{want:?} missing from:\n{log}");
+    }
+    assert!(!log.contains("forged"), "{log}");
+}
