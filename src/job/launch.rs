@@ -353,12 +353,8 @@ fn create_and_spawn(
     )
     .map_err(io("running marker"))?;
 
-    let values: Vec<&[u8]> = req
-        .secrets
-        .iter()
-        .map(|s| s.value.expose().as_bytes())
-        .collect();
-    let masked = Redactor::new(&values).redact_str(&req.command);
+    // Masked in every form output masks, as cwd and the key are refused in every one.
+    let masked = secrets_finder(req).redact_str(&req.command);
     let mut env = persisted_env.clone();
     env.extend(req.env.iter().map(|(k, v)| (k.clone(), v.clone())));
     let record = JobRecord {
