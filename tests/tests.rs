@@ -16,6 +16,7 @@ mod events;
 mod files;
 mod harness;
 mod hostile;
+mod isolation;
 mod jobs;
 mod log;
 mod openapi;

@@ -107,21 +107,14 @@ fn validate(req: &StartRequest, cfg: &Config) -> Result<Resolved> {
         check_job_var_name(&var.name)?;
     }
     // Values a request stores in the clear (the record's cwd, the idempotency file) must
-    // not spell out a secret: refuse rather than store it or mask it into a wrong path.
-    for var in &req.secrets {
-        let v = var.value.expose();
-        for (field, text) in [
-            ("cwd", req.cwd.as_deref()),
-            ("Idempotency-Key", req.idempotency_key.as_deref()),
-        ] {
-            if text.is_some_and(|t| t.contains(v)) {
-                return Err(Error::Invalid(format!(
-                    "{field} holds the value of secret {}; it would be stored in the clear: \
-                     choose a {field} without it",
-                    var.name
-                )));
-            }
-        }
+    // not spell out a secret in any form output would mask: refuse rather than store it or
+    // mask it into a wrong path.
+    let secrets = secrets_finder(req);
+    for (field, text) in [
+        ("cwd", req.cwd.as_deref()),
+        ("Idempotency-Key", req.idempotency_key.as_deref()),
+    ] {
+        refuse_secret(&secrets, req, field, text)?;
     }
     let user = resolve_user(req, cfg)?;
     let cwd = match &req.cwd {
@@ -149,6 +142,9 @@ fn validate(req: &StartRequest, cfg: &Config) -> Result<Resolved> {
         )));
     }
     let cwd = fs::canonicalize(&cwd).unwrap_or(cwd);
+    // The folder is stored as resolved: a symbolic link may have led into a name that
+    // spells a secret (or the default, a home folder, may).
+    refuse_secret(&secrets, req, "cwd", cwd.to_str())?;
     let asked = req
         .timeout_seconds
         .map(|t| check_seconds("timeoutSeconds", t))
@@ -168,6 +164,44 @@ fn validate(req: &StartRequest, cfg: &Config) -> Result<Resolved> {
         idle,
         user,
     })
+}
+
+/// A redactor for the request's secrets, in every form output masks them.
+fn secrets_finder(req: &StartRequest) -> Redactor {
+    let values: Vec<&[u8]> = req
+        .secrets
+        .iter()
+        .map(|s| s.value.expose().as_bytes())
+        .collect();
+    let forms = crate::text::pipeline::masked_forms(&values);
+    Redactor::new(&forms.iter().map(Vec::as_slice).collect::<Vec<_>>())
+}
+
+/// Refuses a request field that is stored in the clear when it holds a secret in any
+/// spelling that is masked in output (plain, escaped, base64…), naming the secret.
+fn refuse_secret(
+    secrets: &Redactor,
+    req: &StartRequest,
+    field: &str,
+    text: Option<&str>,
+) -> Result<()> {
+    let Some(text) = text.filter(|t| secrets.finds(t.as_bytes())) else {
+        return Ok(());
+    };
+    // Which secret it is, so the caller knows what to change.
+    let name = req
+        .secrets
+        .iter()
+        .find(|s| {
+            let forms = crate::text::pipeline::masked_forms(&[s.value.expose().as_bytes()]);
+            Redactor::new(&forms.iter().map(Vec::as_slice).collect::<Vec<_>>())
+                .finds(text.as_bytes())
+        })
+        .map_or("?", |s| s.name.as_str());
+    Err(Error::Invalid(format!(
+        "{field} holds the value of secret {name} (as given or encoded); it would be stored \
+         in the clear: choose a {field} without it"
+    )))
 }
 
 /// How many jobs are running now (cheap: one folder listing).
@@ -261,7 +295,14 @@ pub fn start_with_stdin(
     crate::os::proc::random_bytes(&mut random).map_err(|e| Error::io("random id", e))?;
     let id = JobId::from_random(random);
     let dir = store.job_dir(&id);
-    let persisted_env = EnvStore::open(store.root()).vars()?;
+    // What the scoped token persisted reaches only jobs of the user its own jobs run as.
+    let scoped_user = {
+        let uid = |u: &Option<JobUser>| u.as_ref().map(|u| u.uid);
+        uid(&resolve_user(&StartRequest::default(), cfg)?) == uid(&resolved.user)
+    };
+    let persisted_env = EnvStore::open(store.root())
+        .persisted()?
+        .for_job(scoped_user);
     let result = create_and_spawn(store, cfg, &persisted_env, &req, &id, resolved, stdin);
     match result {
         Ok((rec, events)) => {
@@ -337,12 +378,8 @@ fn create_and_spawn(
     )
     .map_err(io("running marker"))?;
 
-    let values: Vec<&[u8]> = req
-        .secrets
-        .iter()
-        .map(|s| s.value.expose().as_bytes())
-        .collect();
-    let masked = Redactor::new(&values).redact_str(&req.command);
+    // Masked in every form output masks, as cwd and the key are refused in every one.
+    let masked = secrets_finder(req).redact_str(&req.command);
     let mut env = persisted_env.clone();
     env.extend(req.env.iter().map(|(k, v)| (k.clone(), v.clone())));
     let record = JobRecord {

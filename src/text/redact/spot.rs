@@ -41,7 +41,7 @@ impl Spotter {
             }
         }
         Some(Spotter {
-            finder: Finder::new(texts),
+            finder: Finder::new(&texts),
             patterns,
             first,
         })
