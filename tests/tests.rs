@@ -13,6 +13,7 @@ mod corpus;
 mod durability;
 mod events;
 mod files;
+mod files_attacks;
 mod harness;
 mod hostile;
 mod jobs;
