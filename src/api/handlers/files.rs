@@ -303,6 +303,8 @@ pub fn read(app: &App, call: &Call<'_>) -> Reply {
     })?;
     let size = st.st_size as u64;
     if call.head.none_match(&fs::etag(&st)) {
+        // The client holds this very file (RFC 9110 §13.1.2); a 304 repeats what a 200
+        // would say of caching.
         let tag = vec![
             ("ETag", fs::etag(&st)),
             ("Cache-Control", "no-store".into()),
