@@ -160,8 +160,17 @@ fn attach_refuses_at_once_and_says_what_to_do() {
     }
 }
 
+/// Shared bytes to write to a child.
+struct ArcBytes(std::sync::Arc<Vec<u8>>);
+
+impl AsRef<[u8]> for ArcBytes {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
 /// `exec ARGS` with `input` written to its stdin (a pipe) from another thread, to the end.
-fn exec_piped(sb: &Sandbox, args: &[&str], input: Vec<u8>) -> Out {
+fn exec_piped(sb: &Sandbox, args: &[&str], input: impl AsRef<[u8]> + Send + 'static) -> Out {
     let mut c = sb.cmd(args);
     c.stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -169,7 +178,7 @@ fn exec_piped(sb: &Sandbox, args: &[&str], input: Vec<u8>) -> Out {
     let mut child = sb.spawn(c);
     let mut stdin = child.stdin.take().unwrap();
     // A job that stops reading makes the write fail (EPIPE) once the CLI is gone.
-    let writer = std::thread::spawn(move || stdin.write_all(&input).is_ok());
+    let writer = std::thread::spawn(move || stdin.write_all(input.as_ref()).is_ok());
     let out = sb.finish(child, CLI_DEADLINE);
     let _ = writer.join();
     out
@@ -216,11 +225,12 @@ fn exec_stdin_is_streamed_exact_and_never_waited_for() {
     local.stdin(Stdio::piped()).stdout(Stdio::piped());
     let mut local = local.spawn().unwrap();
     let mut to_local = local.stdin.take().unwrap();
-    let copy = data.clone();
-    let feeder = std::thread::spawn(move || to_local.write_all(&copy).unwrap());
+    let data = std::sync::Arc::new(data);
+    let copy = std::sync::Arc::clone(&data);
+    let feeder = std::thread::spawn(move || to_local.write_all(&copy[..]).unwrap());
     let want = local.wait_with_output().unwrap();
     feeder.join().unwrap();
-    let out = exec_piped(&sb, &["exec", "--", "sha256sum; wc -c </dev/null"], data);
+    let out = exec_piped(&sb, &["exec", "--", "sha256sum"], ArcBytes(data));
     assert_eq!(out.code, Some(0), "{out:#?}");
     assert_eq!(
         out.stdout.lines().next(),

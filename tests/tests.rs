@@ -14,6 +14,7 @@ mod corpus;
 mod durability;
 mod events;
 mod files;
+mod files_attacks;
 mod harness;
 mod hostile;
 mod isolation;

@@ -511,6 +511,7 @@ fn connection<H: Handler>(
                 resp
             }
         };
+        // A HEAD never upgrades: its answer is a head, then the next request.
         if resp.status == 101
             && head.method != "HEAD"
             && let Some(take_over) = resp.upgrade.as_ref().and_then(|u| u.take())
