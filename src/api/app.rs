@@ -11,8 +11,9 @@
 //! (`GET /v1/health`) needs nothing; everything else is authenticated first (so an
 //! unauthenticated client learns nothing, not even which routes exist), then routed
 //! (unknown path: 404 `not_found`; known path, wrong method: 400 `invalid` with an `Allow`
-//! header), then the scoped token's limits apply (403 `forbidden`), then the query string
-//! is parsed. Only then is the body read and the route's handler called.
+//! header; `HEAD` is routed as `GET`, and answered without the body), then the scoped
+//! token's limits apply (403 `forbidden`), then the query string is parsed. Only then is
+//! the body read and the route's handler called.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -53,6 +54,8 @@ pub struct App {
     allowed_origins: Origins,
     /// The largest file an upload may write.
     pub(super) max_file_bytes: u64,
+    /// The largest request body (`--max-body`), for a body this handler streams itself.
+    max_body: u64,
 }
 
 /// A request's place among those that wait; given back on drop. It owns its share of the
@@ -100,6 +103,7 @@ impl App {
             tickets: Tickets::default(),
             allowed_origins: Origins::default(),
             max_file_bytes: super::handlers::files::DEFAULT_MAX_FILE_BYTES,
+            max_body: super::http::Limits::default().max_body,
         }
     }
 
@@ -174,6 +178,12 @@ impl App {
         self
     }
 
+    /// Caps request bodies the handlers stream (a job's stdin) as the server caps others.
+    pub fn with_max_body(mut self, n: u64) -> App {
+        self.max_body = n;
+        self
+    }
+
     /// Caps the requests that wait at once: long-polls, starts that wait for their job,
     /// previews (see `App::wait_slot`).
     pub fn with_max_waiting(mut self, n: usize) -> App {
@@ -243,6 +253,9 @@ impl App {
             }
             Some(Err(f)) => Err(f),
             None if route == Route::WriteFile => super::handlers::files::write(self, &call, stream),
+            None if route == Route::JobStdin => {
+                super::handlers::interactive::stdin_stream(self, &call, stream)
+            }
             None => (route.handler())(self, &call),
         };
         let mut close = false;
@@ -298,14 +311,23 @@ impl App {
                 .check(&auth, &head.query)
                 .map_err(|e| error_response(e.into()))?
         };
-        let (route, id) = match Route::find(&head.method, &head.path) {
+        // HEAD is GET without the body (RFC 9110 §9.3.2): the connection drops the body, so
+        // everything else, the messages included, is the GET's.
+        let method = match head.method.as_str() {
+            "HEAD" => "GET",
+            m => m,
+        };
+        let (route, id) = match Route::find(method, &head.path) {
             Matched::Route(route, id) => (route, id),
-            Matched::WrongMethod(allowed) => {
+            Matched::WrongMethod(mut allowed) => {
+                if allowed.contains(&"GET") {
+                    allowed.push("HEAD");
+                }
                 let mut resp = error_response(
                     Error::Invalid(format!(
                         "{} does not accept {}; use {}",
                         head.path,
-                        shown_method(&head.method),
+                        shown_method(method),
                         allowed.join(" or ")
                     ))
                     .into(),
@@ -318,7 +340,7 @@ impl App {
                 return Err(error_response(
                     Error::NotFound(format!(
                         "no route {} {}; see docs/openapi.json",
-                        shown_method(&head.method),
+                        shown_method(method),
                         shown_path(&head.path)
                     ))
                     .into(),
@@ -452,8 +474,15 @@ impl Handler for App {
     }
 
     fn streamed_body(&self, head: &Head) -> Option<u64> {
-        (head.method == Route::WriteFile.method() && head.path == Route::WriteFile.template())
-            .then_some(self.max_file_bytes)
+        if head.method == Route::WriteFile.method() && head.path == Route::WriteFile.template() {
+            return Some(self.max_file_bytes);
+        }
+        // A job's input goes to it as it arrives, a chunk at a time: never held whole.
+        matches!(
+            Route::find(&head.method, &head.path),
+            Matched::Route(Route::JobStdin, _)
+        )
+        .then_some(self.max_body)
     }
 
     fn handle_stream(
@@ -601,6 +630,37 @@ mod tests {
             assert!(text.contains(needle), "{route:?}: {text}");
             assert_eq!(resp.route, route.template(), "{route:?}");
             assert!(resp.headers.iter().all(|(k, _)| *k != "Allow"), "{route:?}");
+        }
+    }
+
+    #[test]
+    fn head_is_routed_to_every_get_route_and_answered_as_its_get() {
+        let (_d, app) = app();
+        let answer = |method: &str, route: Route| {
+            let path = route.template().replace("{id}", UNKNOWN_JOB);
+            let raw = format!("{method} {path} HTTP/1.1\r\nAuthorization: Bearer {FULL}\r\n\r\n");
+            let head = parse_head(raw.as_bytes(), 100).unwrap();
+            match app.check(&head) {
+                Ok(admitted) => app.handle(admitted, Request { head, body: vec![] }),
+                Err(resp) => *resp,
+            }
+        };
+        for &route in Route::ALL {
+            let head = answer("HEAD", route);
+            if route.method() == "GET" {
+                let get = answer("GET", route);
+                assert_eq!(head.status, get.status, "{route:?}");
+                assert_eq!(head.route, route.template(), "{route:?}");
+                assert_eq!(head.body.len(), get.body.len(), "{route:?}");
+            } else if !Route::ALL
+                .iter()
+                .any(|r| r.method() == "GET" && r.template() == route.template())
+            {
+                // A path no GET serves: refused as a GET would be, naming what it takes.
+                let allow = head.headers.iter().find(|(k, _)| *k == "Allow");
+                assert_eq!(head.status, 400, "{route:?}");
+                assert!(allow.is_some_and(|(_, v)| !v.contains("HEAD")), "{route:?}");
+            }
         }
     }
 

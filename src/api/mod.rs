@@ -220,7 +220,8 @@ pub fn serve_main(args: ServeArgs) -> Result<i32> {
         app::App::new(store, cfg, tokens, sandbox, Arc::clone(&hub))
             .with_max_waiting(max_waiting)
             .with_allowed_origins(origins)
-            .with_max_file_bytes(args.max_file_bytes),
+            .with_max_file_bytes(args.max_file_bytes)
+            .with_max_body(args.max_body),
     );
     let limits = http::Limits {
         max_body: args.max_body,

@@ -320,7 +320,7 @@ mod tests {
             Route::StartJob | Route::StartPreview => &["Idempotency-Key"],
             Route::JobLog => &["Range", "If-Range"],
             Route::Events => &["Accept", "Last-Event-ID"],
-            Route::ReadFile => &["Range"],
+            Route::ReadFile => &["Range", "If-None-Match"],
             Route::WriteFile => &["If-Match"],
             _ => &[],
         }
