@@ -208,7 +208,7 @@ fn preflight_grant(
     method: &str,
 ) -> std::result::Result<Route, (Error, Option<Route>)> {
     let browser_routes = || {
-        let names: Vec<String> = super::routes::Route::ALL
+        let names: Vec<String> = Route::ALL
             .iter()
             .filter(|r| for_browsers(**r))
             .map(|r| format!("{} {}", r.method(), r.template()))
