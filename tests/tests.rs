@@ -21,6 +21,7 @@ mod isolation;
 mod jobs;
 mod log;
 mod openapi;
+mod pending;
 mod protocol;
 mod pty;
 mod refusals;

@@ -71,6 +71,9 @@ impl Supervisor {
             if self.pipe.is_none() && ending.is_none() {
                 wake = wake.min(now + Duration::from_millis(500));
             }
+            if let Some(t) = self.pending.due() {
+                wake = wake.min(t);
+            }
             let timeout = crate::os::poll::poll_timeout(
                 wake.saturating_duration_since(now)
                     .min(Duration::from_secs(60)),
@@ -135,6 +138,7 @@ impl Supervisor {
                     None => {}
                 }
             }
+            self.pending.update(&self.pipeline);
             if sig_ready {
                 while let Ok(Some(info)) = self.sigfd.read_signal() {
                     let sig = info.ssi_signo as i32;
@@ -175,6 +179,8 @@ impl Supervisor {
         {
             c.output(&[], true);
         }
+        // The last line goes to output.log: it is pending no more.
+        self.pending.remove();
         let mut tail = self.sink.buffer();
         self.pipeline.finish(&mut tail);
         self.sink.store(tail);
@@ -218,6 +224,7 @@ impl Supervisor {
             let mut chunk = self.sink.buffer();
             self.pipeline.feed(&buf[..n], &mut chunk);
             self.sink.store(chunk);
+            self.pending.touched();
             if n == buf.len() && n < CHUNK {
                 buf.resize((n * 4).min(CHUNK), 0);
             }
