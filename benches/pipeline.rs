@@ -283,6 +283,60 @@ fn capture<'a>(secrets: &'a [&'a [u8]]) -> impl FnMut(&[u8], &mut Vec<u8>) + 'a 
     }
 }
 
+/// What building the masking costs a supervisor: for its own secrets at start, and for the
+/// other running jobs' secrets (16 each) before its first output, or when one more starts
+/// (each add rebuilds the index for all values), and for values it already has.
+fn building(rng: &mut Rng) {
+    let jobs: Vec<Vec<Vec<u8>>> = (0..31)
+        .map(|_| random_secrets(rng).into_iter().take(16).collect())
+        .collect();
+    let best = |f: &mut dyn FnMut()| {
+        (0..5)
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                t.elapsed()
+            })
+            .min()
+            .unwrap()
+    };
+    let refs = |js: &[Vec<Vec<u8>>]| -> Vec<Vec<u8>> { js.iter().flatten().cloned().collect() };
+    let own = refs(&jobs[..1]);
+    let own_refs: Vec<&[u8]> = own.iter().map(Vec::as_slice).collect();
+    let all = refs(&jobs[1..]);
+    let all_refs: Vec<&[u8]> = all.iter().map(Vec::as_slice).collect();
+    let t_own = best(&mut || drop(black_box(Pipeline::new(&own_refs))));
+    let t_add_all = best(&mut || {
+        let mut p = Pipeline::new(&own_refs);
+        p.add_secrets(&all_refs);
+        black_box(p);
+    });
+    let t_rebuild_base = best(&mut || {
+        let mut q = Pipeline::new(&own_refs);
+        q.add_secrets(&all_refs[16..]);
+        black_box(q);
+    });
+    let t_one_more = best(&mut || {
+        let mut q = Pipeline::new(&own_refs);
+        q.add_secrets(&all_refs[16..]);
+        q.add_secrets(&all_refs[..16]);
+        black_box(q);
+    });
+    let mut p = Pipeline::new(&own_refs);
+    p.add_secrets(&all_refs);
+    let t_known = best(&mut || {
+        black_box(p.add_secrets(&all_refs[..16]));
+    });
+    println!(
+        "building: own 16 secrets {:.2} ms; adding 30 other jobs' 480 {:.2} ms; one more job's 16 \
+         onto 464 {:.2} ms; 16 already known {:.3} ms",
+        t_own.as_secs_f64() * 1e3,
+        t_add_all.saturating_sub(t_own).as_secs_f64() * 1e3,
+        t_one_more.saturating_sub(t_rebuild_base).as_secs_f64() * 1e3,
+        t_known.as_secs_f64() * 1e3,
+    );
+}
+
 fn main() {
     // `cargo bench` passes --bench; `cargo test --all-targets` runs this binary without it,
     // and a benchmark is no test: it then only checks that it builds.
@@ -297,6 +351,8 @@ fn main() {
     let mut words_rng = Rng(0x2545_F491_4F6C_DD1D);
     let letters = letter_secrets(&mut words_rng);
     let letter_refs: Vec<&[u8]> = letters.iter().map(Vec::as_slice).collect();
+
+    building(&mut Rng(0x5851_F42D_4C95_7F2D));
 
     // `cargo bench --bench pipeline -- colour` runs only the inputs named.
     let only: Vec<String> = std::env::args()

@@ -6,10 +6,13 @@
 //! and prints it gets `[redacted]`.
 //!
 //! `<root>/secrets/` (0700, the agent's) holds, for each running job with secrets, a
-//! symbolic link named after the job to `/proc/<supervisor>/fd/<n>`: the supervisor's
-//! memory file of the job's `NAME=value` lines. The values never touch the disk; only the
-//! agent's user (or root) can follow such a link, since `/proc/<pid>/fd` of a process is
-//! open only to whoever may trace it. A supervisor that dies leaves a dangling name, removed
+//! symbolic link named after the job whose text is `pid-<supervisor>-fd-<n>`: where the
+//! supervisor keeps its memory file of the job's `NAME=value` lines. Readers open
+//! `/proc/<supervisor>/fd/<n>` themselves; the link itself resolves to nothing (a name in
+//! this folder that is never made), so a tool that walks the state root following links
+//! (`grep -r`, a backup) reads no value through it. The values never touch the disk; only
+//! the agent's user (or root) can open `/proc/<pid>/fd` of a supervisor, which needs the
+//! right to trace it. A supervisor that dies leaves a dangling name, removed
 //! by the next reader that finds it so; a reused pid is caught by checking that what the
 //! link opens is a memory file of this name.
 //!
@@ -75,7 +78,7 @@ pub fn publish(root: &Path, id: &JobId, text: &str) -> io::Result<Published> {
     let dir = root.join(DIR);
     crate::state::fsutil::ensure_private_dir(&dir)?;
     let link = dir.join(id.as_str());
-    let target = format!("/proc/{}/fd/{}", std::process::id(), file.as_raw_fd());
+    let target = format!("pid-{}-fd-{}", std::process::id(), file.as_raw_fd());
     if let Err(e) = std::os::unix::fs::symlink(&target, &link) {
         if e.kind() != io::ErrorKind::AlreadyExists {
             return Err(e);
@@ -200,9 +203,19 @@ impl Watcher {
     }
 }
 
-/// Reads what a link opens, if it is a supervisor's memory file of secrets.
+/// Reads the memory file a link names, if it still is a supervisor's file of secrets
+/// (`None` for a link that names no such thing).
 fn read_published(link: &Path) -> io::Result<Option<String>> {
-    let f = File::open(link)?;
+    let target = fs::read_link(link)?;
+    let Some((pid, fd)) = target
+        .to_str()
+        .and_then(|t| t.strip_prefix("pid-"))
+        .and_then(|t| t.split_once("-fd-"))
+        .and_then(|(p, f)| Some((p.parse::<u32>().ok()?, f.parse::<u32>().ok()?)))
+    else {
+        return Ok(None);
+    };
+    let f = File::open(format!("/proc/{pid}/fd/{fd}"))?;
     let opened = fs::read_link(format!("/proc/self/fd/{}", f.as_raw_fd()))?;
     let expected = format!("/memfd:{}", MEMFD_NAME.to_string_lossy());
     if !opened.to_string_lossy().starts_with(&expected) {
@@ -238,7 +251,7 @@ mod tests {
         assert_eq!(w.poll(), ["third-value-3"]);
         // A job that ends takes its name away; a watcher keeps what it learnt.
         drop(a);
-        assert!(!d.path().join(DIR).join(id(2).as_str()).exists());
+        assert!(fs::symlink_metadata(d.path().join(DIR).join(id(2).as_str())).is_err());
         drop((own, b));
         let names: Vec<_> = fs::read_dir(d.path().join(DIR))
             .unwrap()
@@ -269,17 +282,23 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().join(DIR);
         let keep = publish(d.path(), &id(9), "K=kept-value-9\n").unwrap();
-        // A supervisor that died: its link points at nothing.
-        std::os::unix::fs::symlink("/proc/self/fd/999999", dir.join(id(2).as_str())).unwrap();
-        // A reused pid: the link opens some other file.
-        let other = d.path().join("other.env");
-        fs::write(&other, "X=not-a-secret-of-a-job\n").unwrap();
-        std::os::unix::fs::symlink(&other, dir.join(id(3).as_str())).unwrap();
+        // A supervisor that died: its link names a descriptor nobody has.
+        let gone = format!("pid-{}-fd-999999", std::process::id());
+        std::os::unix::fs::symlink(&gone, dir.join(id(2).as_str())).unwrap();
+        // A reused pid: the descriptor is some other file.
+        let other = File::open("/etc/passwd").unwrap();
+        let reused = format!("pid-{}-fd-{}", std::process::id(), other.as_raw_fd());
+        std::os::unix::fs::symlink(&reused, dir.join(id(3).as_str())).unwrap();
+        // Not a link of ours at all.
+        std::os::unix::fs::symlink("/etc/passwd", dir.join(id(4).as_str())).unwrap();
         bump(&dir).unwrap();
         let mut w = Watcher::new(d.path(), &id(1));
         assert_eq!(w.poll(), ["kept-value-9"]);
-        assert!(!dir.join(id(2).as_str()).exists());
-        drop(keep);
+        assert!(fs::symlink_metadata(dir.join(id(2).as_str())).is_err());
+        assert!(fs::symlink_metadata(dir.join(id(3).as_str())).is_ok());
+        // Followed as a path, a published link leads nowhere.
+        assert!(fs::read(dir.join(id(9).as_str())).is_err());
+        drop((keep, other));
     }
 
     #[test]

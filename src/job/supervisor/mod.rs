@@ -173,6 +173,8 @@ struct Supervisor {
     published: Option<crate::state::livesecrets::Published>,
     /// The other running jobs' secrets, added to the pipeline as they appear.
     others: crate::state::livesecrets::Watcher,
+    /// Other jobs' secret values read but not yet added (added before the next output).
+    others_pending: Vec<String>,
     /// The final record's file, with its room (none where it could not be made).
     reserved: Option<crate::state::fsutil::Reserved>,
 }
@@ -202,14 +204,14 @@ impl Supervisor {
         } else {
             crate::model::secret::parse(&spec.secrets).map_err(|e| format!("secrets: {e}"))?
         };
-        // The other running jobs' secrets too (see livesecrets): learnt before this job's
-        // shell can read their environments, so also the terminal wire starts with them.
+        // The other running jobs' secrets (see livesecrets): read before this job's shell
+        // can read their environments, but masked from the first output on: building the
+        // index for them is the costly part, and a job that prints nothing never pays it.
         let mut others = crate::state::livesecrets::Watcher::new(store.root(), id);
-        let known = others.poll();
+        let others_pending = others.poll();
         let values: Vec<&[u8]> = secrets
             .iter()
             .map(|s| s.value.expose().as_bytes())
-            .chain(known.iter().map(|v| v.as_bytes()))
             .collect();
         let pipeline = Pipeline::new(&values);
 
@@ -443,6 +445,7 @@ impl Supervisor {
             pending: pending::PendingLine::new(&store.job_dir(id)),
             published,
             others,
+            others_pending,
             reserved,
         })
     }
