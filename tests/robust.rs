@@ -333,11 +333,14 @@ const READ_BOUND: Duration = Duration::from_secs(5);
 /// folder lock (which it then holds; with `escape` that process clears the job's marker
 /// first, so no sweep finds it), keeping a marked `sleep` for the sweep to end. `lock` is
 /// the file it locks, relative to the job's folder (`.`: the folder, the supervisor's
-/// lock). Returns the job's id, the holder's pid and the sleeper's pid.
+/// lock). It waits for its folder first: that is renamed into place once the shell runs,
+/// and `flock` would make a file of that name before. Returns the job's id, the holder's
+/// pid and the sleeper's pid.
 fn lock_thief(s: &Server, lock: &str, escape: bool) -> (String, i32, i32) {
     let unmark = if escape { "env -u GITTERM_JOB_ID " } else { "" };
     let command = format!(
-        "L={}/jobs/$GITTERM_JOB_ID/{lock}; \
+        "D={}/jobs/$GITTERM_JOB_ID; L=$D/{lock}; \
+         while [ ! -d \"$D\" ]; do sleep 0.01; done; \
          {unmark}flock \"$L\" sh -c 'echo $$ > locked.pid; exec sleep 600' & \
          sleep 600 & echo $! > sleeper.pid; \
          sleep 0.3; kill -9 $PPID; wait",
