@@ -135,7 +135,27 @@ fn a_job_that_stops_the_fork_server_holds_no_later_start() {
     }
     let s = Server::start(&[]);
     let fs = fork_server(&s);
-    // As a root job can: stop the server every start but the spare it holds goes through.
+    // As a root job can: stop the spare the next start is to be handed to (forked once
+    // this job's own start took the one before).
+    let v = start_promptly(
+        &s,
+        &format!(
+            "i=0; while [ $i -lt 500 ]; do for p in $(ps -o pid= --ppid {fs}); do \
+             [ \"$(cat /proc/$p/comm)\" = gitterm-spare ] && kill -STOP $p && exit 0; done; \
+             i=$((i+1)); sleep 0.01; done; exit 1"
+        ),
+    );
+    assert_eq!(v["status"], "succeeded", "no spare to stop: {v:#}");
+    for i in 0..2 {
+        let v = start_promptly(&s, &format!("echo past a stopped spare {i}"));
+        assert_eq!(v["status"], "succeeded", "{v:#}");
+        assert_eq!(
+            text(&v, "output"),
+            format!("past a stopped spare {i}\n"),
+            "{v:#}"
+        );
+    }
+    // And the server every start but the spare it holds goes through.
     let v = start_promptly(&s, &format!("kill -STOP {fs}"));
     assert_eq!(v["status"], "succeeded", "{v:#}");
     eventually(PROMPT, "the fork server to be stopped", || {
@@ -146,13 +166,16 @@ fn a_job_that_stops_the_fork_server_holds_no_later_start() {
         assert_eq!(v["status"], "succeeded", "{v:#}");
         assert_eq!(text(&v, "output"), format!("start {i}\n"), "{v:#}");
     }
-    // And one that keeps stopping it (and whatever replaced it) while starts go on.
+    // And one that keeps stopping it and the spare supervisors it forks ahead (each of
+    // which a start is handed to) while starts go on.
     let serve = s.pid();
     let stopper = start_promptly(
         &s,
         &format!(
-            "while :; do for p in $(ps -o pid= --ppid {serve}); do \
-             [ \"$(cat /proc/$p/comm)\" = gitterm-forks ] && kill -STOP $p; done; \
+            "while :; do for f in $(ps -o pid= --ppid {serve}); do \
+             [ \"$(cat /proc/$f/comm)\" = gitterm-forks ] || continue; kill -STOP $f; \
+             for p in $(ps -o pid= --ppid $f); do \
+             [ \"$(cat /proc/$p/comm)\" = gitterm-spare ] && kill -STOP $p; done; done; \
              sleep 0.01; done > /dev/null 2>&1 & echo started"
         ),
     );

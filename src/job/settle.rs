@@ -139,7 +139,8 @@ fn load_within(store: &Store, id: &JobId, wait: Duration, anyway: bool) -> Resul
     let folder = store.open_lock(id).ok();
     let mut held = folder.as_ref().is_some_and(|l| l.try_lock().is_ok());
     if !held {
-        if rec.supervisor_pid.is_some() {
+        // Only a supervisor recorded whole (pid and start time) can be known to be gone.
+        if rec.supervisor_pid.is_some() && rec.supervisor_start.is_some() {
             if supervisor_alive(&rec) {
                 return Ok(rec);
             }
@@ -154,7 +155,7 @@ fn load_within(store: &Store, id: &JobId, wait: Duration, anyway: bool) -> Resul
                 if rec.status != Status::Running {
                     return Ok(rec);
                 }
-                if rec.supervisor_pid.is_some() {
+                if rec.supervisor_pid.is_some() && rec.supervisor_start.is_some() {
                     if supervisor_alive(&rec) {
                         return Ok(rec);
                     }
@@ -174,7 +175,12 @@ fn load_within(store: &Store, id: &JobId, wait: Duration, anyway: bool) -> Resul
             }
         }
     }
-    // The supervisor is gone. Readers settle one at a time, under their own lock.
+    // The supervisor is gone: it may have written its final record just before.
+    rec = store.read_raw(id)?;
+    if rec.status != Status::Running {
+        return Ok(rec);
+    }
+    // Readers settle one at a time, under their own lock.
     let guard = settle_lock(store, id, wait);
     if guard.is_none() && !anyway {
         return Ok(unsettled(
@@ -182,10 +188,13 @@ fn load_within(store: &Store, id: &JobId, wait: Duration, anyway: bool) -> Resul
             "its supervisor is gone and another reader is settling it; read it again",
         ));
     }
-    // Re-read under the lock: the supervisor may have written its final record just
-    // before it exited, or another reader settled the job meanwhile.
+    // Re-read under the lock: another reader may have settled the job meanwhile.
     rec = store.read_raw(id)?;
     if rec.status != Status::Running {
+        if guard.is_some() {
+            // Made just now by this reader, after the job was settled: not left behind.
+            let _ = fs::remove_file(store.job_dir(id).join(SETTLE_LOCK));
+        }
         return Ok(rec);
     }
     let sweep = (!stale_boot)
