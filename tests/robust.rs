@@ -517,3 +517,32 @@ fn a_listing_says_what_it_could_not_settle_and_a_read_settles_it() {
         (!alive(holder.into())).then_some(())
     });
 }
+
+#[test]
+fn input_reaches_the_job_as_it_arrives_not_when_the_body_ends() {
+    let s = Server::start(&[]);
+    let id = interactive(&s, "cat");
+    let mut c = s.client();
+    c.r.get_ref().set_timeout(LONG);
+    // A chunked body whose first line comes now and whose end comes only once the job
+    // has shown that line: a request that waits for more of the body first never ends.
+    let head = format!(
+        "POST /v1/jobs/{id}/stdin?close=true HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n\
+         6\r\nfirst\n\r\n",
+        s.token
+    );
+    c.write_raw(head.as_bytes()).unwrap();
+    let log = s.home.join("jobs").join(&id).join("output.log");
+    eventually(PROMPT, "the first line in the job's output", || {
+        fs::read_to_string(&log)
+            .ok()?
+            .contains("first\n")
+            .then_some(())
+    });
+    c.write_raw(b"5\r\nlast\n\r\n0\r\n\r\n").unwrap();
+    let r = c.read_response().expect("an answer");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = ended(&s, &id);
+    assert_eq!(text(&v, "output"), "first\nlast\n", "{v:#}");
+}
