@@ -28,6 +28,8 @@ use crate::text::redact::Redactor;
 struct Resolved {
     cwd: String,
     timeout: f64,
+    /// The request asked for more than the cap.
+    clamped: bool,
     idle: Option<f64>,
     user: Option<JobUser>,
 }
@@ -105,21 +107,14 @@ fn validate(req: &StartRequest, cfg: &Config) -> Result<Resolved> {
         check_job_var_name(&var.name)?;
     }
     // Values a request stores in the clear (the record's cwd, the idempotency file) must
-    // not spell out a secret: refuse rather than store it or mask it into a wrong path.
-    for var in &req.secrets {
-        let v = var.value.expose();
-        for (field, text) in [
-            ("cwd", req.cwd.as_deref()),
-            ("Idempotency-Key", req.idempotency_key.as_deref()),
-        ] {
-            if text.is_some_and(|t| t.contains(v)) {
-                return Err(Error::Invalid(format!(
-                    "{field} holds the value of secret {}; it would be stored in the clear: \
-                     choose a {field} without it",
-                    var.name
-                )));
-            }
-        }
+    // not spell out a secret in any form output would mask: refuse rather than store it or
+    // mask it into a wrong path.
+    let secrets = secrets_finder(req);
+    for (field, text) in [
+        ("cwd", req.cwd.as_deref()),
+        ("Idempotency-Key", req.idempotency_key.as_deref()),
+    ] {
+        refuse_secret(&secrets, req, field, text)?;
     }
     let user = resolve_user(req, cfg)?;
     let cwd = match &req.cwd {
@@ -147,10 +142,17 @@ fn validate(req: &StartRequest, cfg: &Config) -> Result<Resolved> {
         )));
     }
     let cwd = fs::canonicalize(&cwd).unwrap_or(cwd);
-    let timeout = match req.timeout_seconds {
-        Some(t) => check_seconds("timeoutSeconds", t)?.min(cfg.max_job_seconds),
-        None => cfg.max_job_seconds,
-    };
+    // The folder is stored as resolved: a symbolic link may have led into a name that
+    // spells a secret (or the default, a home folder, may).
+    refuse_secret(&secrets, req, "cwd", cwd.to_str())?;
+    let asked = req
+        .timeout_seconds
+        .map(|t| check_seconds("timeoutSeconds", t))
+        .transpose()?;
+    let timeout = asked
+        .unwrap_or(cfg.max_job_seconds)
+        .min(cfg.max_job_seconds);
+    let clamped = asked.is_some_and(|t| t > cfg.max_job_seconds);
     let idle = req
         .idle_timeout_seconds
         .map(|t| check_seconds("idleTimeoutSeconds", t))
@@ -158,9 +160,48 @@ fn validate(req: &StartRequest, cfg: &Config) -> Result<Resolved> {
     Ok(Resolved {
         cwd: cwd.to_string_lossy().into_owned(),
         timeout,
+        clamped,
         idle,
         user,
     })
+}
+
+/// A redactor for the request's secrets, in every form output masks them.
+fn secrets_finder(req: &StartRequest) -> Redactor {
+    let values: Vec<&[u8]> = req
+        .secrets
+        .iter()
+        .map(|s| s.value.expose().as_bytes())
+        .collect();
+    let forms = crate::text::pipeline::masked_forms(&values);
+    Redactor::new(&forms.iter().map(Vec::as_slice).collect::<Vec<_>>())
+}
+
+/// Refuses a request field that is stored in the clear when it holds a secret in any
+/// spelling that is masked in output (plain, escaped, base64…), naming the secret.
+fn refuse_secret(
+    secrets: &Redactor,
+    req: &StartRequest,
+    field: &str,
+    text: Option<&str>,
+) -> Result<()> {
+    let Some(text) = text.filter(|t| secrets.finds(t.as_bytes())) else {
+        return Ok(());
+    };
+    // Which secret it is, so the caller knows what to change.
+    let name = req
+        .secrets
+        .iter()
+        .find(|s| {
+            let forms = crate::text::pipeline::masked_forms(&[s.value.expose().as_bytes()]);
+            Redactor::new(&forms.iter().map(Vec::as_slice).collect::<Vec<_>>())
+                .finds(text.as_bytes())
+        })
+        .map_or("?", |s| s.name.as_str());
+    Err(Error::Invalid(format!(
+        "{field} holds the value of secret {name} (as given or encoded); it would be stored \
+         in the clear: choose a {field} without it"
+    )))
 }
 
 /// How many jobs are running now (cheap: one folder listing).
@@ -208,7 +249,23 @@ pub fn start_watched(
     cfg: &Config,
     req: StartRequest,
 ) -> Result<(JobRecord, Option<JobEvents>)> {
+    start_with_stdin(store, cfg, req, None)
+}
+
+/// [`start_watched`] with `stdin` (an open file, pipe or socket: the CLI's own) as the
+/// job's stdin itself, streamed by the kernel and never read here.
+pub fn start_with_stdin(
+    store: &Store,
+    cfg: &Config,
+    req: StartRequest,
+    stdin: Option<fs::File>,
+) -> Result<(JobRecord, Option<JobEvents>)> {
     let resolved = validate(&req, cfg)?;
+    if stdin.is_some() && (req.stdin.is_some() || req.interactive || req.pty.is_some()) {
+        return Err(Error::Invalid(
+            "a job has one stdin: an open file, its stdin bytes, or an interactive one".into(),
+        ));
+    }
     // Held until the job is recorded under its key, so two retries racing each other
     // still start one job.
     let fingerprint = req.fingerprint();
@@ -238,8 +295,15 @@ pub fn start_watched(
     crate::os::proc::random_bytes(&mut random).map_err(|e| Error::io("random id", e))?;
     let id = JobId::from_random(random);
     let dir = store.job_dir(&id);
-    let persisted_env = EnvStore::open(store.root()).vars()?;
-    let result = create_and_spawn(store, cfg, &persisted_env, &req, &id, resolved);
+    // What the scoped token persisted reaches only jobs of the user its own jobs run as.
+    let scoped_user = {
+        let uid = |u: &Option<JobUser>| u.as_ref().map(|u| u.uid);
+        uid(&resolve_user(&StartRequest::default(), cfg)?) == uid(&resolved.user)
+    };
+    let persisted_env = EnvStore::open(store.root())
+        .persisted()?
+        .for_job(scoped_user);
+    let result = create_and_spawn(store, cfg, &persisted_env, &req, &id, resolved, stdin);
     match result {
         Ok((rec, events)) => {
             if let Some((key, lock)) = &key_lock {
@@ -276,10 +340,12 @@ fn create_and_spawn(
     req: &StartRequest,
     id: &JobId,
     resolved: Resolved,
+    given_stdin: Option<fs::File>,
 ) -> Result<(JobRecord, JobEvents)> {
     let Resolved {
         cwd,
         timeout,
+        clamped,
         idle,
         user,
     } = resolved;
@@ -312,12 +378,8 @@ fn create_and_spawn(
     )
     .map_err(io("running marker"))?;
 
-    let values: Vec<&[u8]> = req
-        .secrets
-        .iter()
-        .map(|s| s.value.expose().as_bytes())
-        .collect();
-    let masked = Redactor::new(&values).redact_str(&req.command);
+    // Masked in every form output masks, as cwd and the key are refused in every one.
+    let masked = secrets_finder(req).redact_str(&req.command);
     let mut env = persisted_env.clone();
     env.extend(req.env.iter().map(|(k, v)| (k.clone(), v.clone())));
     let record = JobRecord {
@@ -333,6 +395,7 @@ fn create_and_spawn(
         ended_at: None,
         timeout_seconds: timeout,
         idle_timeout_seconds: idle,
+        timeout_clamped: clamped,
         pid: None,
         pgid: None,
         output_bytes: 0,
@@ -361,7 +424,7 @@ fn create_and_spawn(
         idle_timeout_seconds: idle,
         grace_seconds: cfg.grace_seconds,
         max_output_bytes: cfg.max_output_bytes,
-        has_stdin: req.stdin.is_some(),
+        has_stdin: req.stdin.is_some() || given_stdin.is_some(),
         user,
         interactive: req.interactive || req.pty.is_some(),
         pty: req.pty,
@@ -370,12 +433,15 @@ fn create_and_spawn(
 
     // Stdin (a .netrc, say) never touches the disk: it reaches the supervisor as a memory
     // file on its own stdin, which it hands to the shell.
-    let stdin = req
-        .stdin
-        .as_deref()
-        .map(crate::os::spawn::memory_file)
-        .transpose()
-        .map_err(io("stdin"))?;
+    let stdin = match given_stdin {
+        Some(f) => Some(f),
+        None => req
+            .stdin
+            .as_deref()
+            .map(crate::os::spawn::memory_file)
+            .transpose()
+            .map_err(io("stdin"))?,
+    };
     let spec = crate::os::spawn::memory_file(&serde_json::to_vec(&spec).unwrap_or_default())
         .map_err(io("spec"))?;
     let events = spawn_supervisor(store, id, &lock, &spec, stdin)?;

@@ -49,12 +49,17 @@ pub fn resize(master: impl AsFd, cols: u16, rows: u16) -> io::Result<()> {
     Ok(())
 }
 
-/// Gives the terminal to the job's user, so the job can reopen `/dev/tty` and `stty` it.
-pub fn chown_slave(slave: impl AsFd, uid: u32, gid: u32) -> io::Result<()> {
-    nix::unistd::fchown(
+/// Makes the terminal's device node (`/dev/pts/N`) the agent's alone (0600), so no other
+/// job, of whatever user but root, can open it to read what is typed into it or to write
+/// into it. The job needs no access to the node: its shell holds the terminal open from
+/// the start, `/dev/tty` reaches the controlling terminal through the tty driver (not the
+/// node's permissions), and `stty`, `tty` and full-screen programs work on the descriptors
+/// they inherit. The node stays the opener's (the agent's), never the job user's, who
+/// could otherwise open it up again with `chmod`.
+pub fn seal_slave(slave: impl AsFd) -> io::Result<()> {
+    nix::sys::stat::fchmod(
         slave.as_fd(),
-        Some(nix::unistd::Uid::from_raw(uid)),
-        Some(nix::unistd::Gid::from_raw(gid)),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
     )?;
     Ok(())
 }

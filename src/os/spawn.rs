@@ -547,6 +547,16 @@ pub fn memory_file(data: &[u8]) -> io::Result<File> {
     Ok(f)
 }
 
+/// [`memory_file`] under `name` (what `/proc/<pid>/fd/<n>` of it reads as `/memfd:NAME`).
+pub fn named_memory_file(name: &std::ffi::CStr, data: &[u8]) -> io::Result<File> {
+    use nix::sys::memfd::{MFdFlags, memfd_create};
+    use std::io::{Seek, Write};
+    let mut f = File::from(memfd_create(name, MFdFlags::MFD_CLOEXEC)?);
+    f.write_all(data)?;
+    f.rewind()?;
+    Ok(f)
+}
+
 /// Ignores SIGPIPE, so a write to a reader that is gone fails with EPIPE instead.
 pub fn ignore_sigpipe() {
     // SAFETY: setting one signal's disposition; no handler runs.

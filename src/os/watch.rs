@@ -31,6 +31,26 @@ impl Watcher {
     }
 }
 
+impl Watcher {
+    /// Reads the events that are there without blocking; true if there were any.
+    pub fn drain(&self) -> bool {
+        let mut any = false;
+        while let Ok(ev) = self.0.read_events() {
+            if ev.is_empty() {
+                break;
+            }
+            any = true;
+        }
+        any
+    }
+}
+
+impl std::os::fd::AsFd for Watcher {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
 /// Waits on a watcher, or naps briefly where inotify was unavailable.
 pub fn nap(w: Option<&Watcher>, d: Duration) {
     match w {

@@ -6,5 +6,6 @@ pub mod events;
 pub mod fsutil;
 pub mod idempotency;
 pub mod layout;
+pub mod livesecrets;
 pub mod sandbox;
 pub mod store;

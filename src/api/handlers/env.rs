@@ -6,6 +6,7 @@ use serde_json::json;
 use super::{Call, Reply};
 use crate::api::app::App;
 use crate::api::request;
+use crate::state::envstore::Setter;
 
 pub fn get(app: &App, _: &Call<'_>) -> Reply {
     Ok(json!({"names": app.env().names()?}).into())
@@ -13,6 +14,11 @@ pub fn get(app: &App, _: &Call<'_>) -> Reply {
 
 pub fn set(app: &App, call: &Call<'_>) -> Reply {
     let b = request::env_body(call.body)?;
-    let names = app.env().apply(&b.set, &b.unset, b.replace)?;
+    let by = if call.scoped {
+        Setter::Scoped
+    } else {
+        Setter::Full
+    };
+    let names = app.env().apply(&b.set, &b.unset, b.replace, by)?;
     Ok(json!({ "names": names }).into())
 }

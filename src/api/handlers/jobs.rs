@@ -24,6 +24,17 @@ pub fn start(app: &App, call: &Call<'_>) -> Reply {
         )
         .into());
     }
+    // A secrets file must be the agent's own (0600 or 0400), so none is one the job user
+    // could read: naming one, a scoped caller would have the agent read it for its job.
+    if call.scoped && !body.secret_files.is_empty() {
+        return Err(Error::Forbidden(
+            "the scoped token may not name secretFiles: the agent would read files for it \
+             that its jobs' user cannot; pass the values in secretEnv, or start the job \
+             with the full token"
+                .into(),
+        )
+        .into());
+    }
     // Files first, then secretEnv: a name in both takes the secretEnv value.
     let mut secrets = Vec::new();
     for path in &body.secret_files {

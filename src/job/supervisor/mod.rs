@@ -166,6 +166,10 @@ struct Supervisor {
     control: Option<control::Control>,
     sink: Sink,
     pipeline: Pipeline,
+    /// This job's secrets, published for the other supervisors while it runs.
+    published: Option<crate::state::livesecrets::Published>,
+    /// The other running jobs' secrets, added to the pipeline as they appear.
+    others: crate::state::livesecrets::Watcher,
     /// The final record's file, with its room (none where it could not be made).
     reserved: Option<crate::state::fsutil::Reserved>,
 }
@@ -195,9 +199,14 @@ impl Supervisor {
         } else {
             crate::model::secret::parse(&spec.secrets).map_err(|e| format!("secrets: {e}"))?
         };
+        // The other running jobs' secrets too (see livesecrets): learnt before this job's
+        // shell can read their environments, so also the terminal wire starts with them.
+        let mut others = crate::state::livesecrets::Watcher::new(store.root(), id);
+        let known = others.poll();
         let values: Vec<&[u8]> = secrets
             .iter()
             .map(|s| s.value.expose().as_bytes())
+            .chain(known.iter().map(|v| v.as_bytes()))
             .collect();
         let pipeline = Pipeline::new(&values);
 
@@ -232,10 +241,8 @@ impl Supervisor {
             Some(size) => {
                 let pair = crate::os::pty::open(size.cols, size.rows)
                     .map_err(|e| format!("pseudo-terminal: {e}"))?;
-                if let Some(u) = &spec.user {
-                    crate::os::pty::chown_slave(&pair.slave, u.uid, u.gid)
-                        .map_err(|e| format!("pseudo-terminal: {e}"))?;
-                }
+                crate::os::pty::seal_slave(&pair.slave)
+                    .map_err(|e| format!("pseudo-terminal: {e}"))?;
                 Some(pair)
             }
             None => None,
@@ -264,7 +271,7 @@ impl Supervisor {
                 control::Control::bind(
                     &dir.join(crate::job::control::SOCKET),
                     w,
-                    pty.is_some(),
+                    spec.pty.map(|size| (size.cols, size.rows)),
                     &values,
                 )
                 .map_err(|e| format!("control socket: {e}"))?,
@@ -295,6 +302,16 @@ impl Supervisor {
                 .ok()
         });
         let me = std::process::id() as i32;
+        // Before the shell starts: once it runs, any job of its user can read its secrets
+        // from /proc, and every other supervisor must be able to know them by then.
+        let published = if secrets.is_empty() {
+            None
+        } else {
+            Some(
+                crate::state::livesecrets::publish(store.root(), id, &spec.secrets)
+                    .map_err(|e| format!("publishing the secrets to the other jobs: {e}"))?,
+            )
+        };
 
         // The environment: ours, a login's variables for a job user, the job's own (which
         // win), the marker, the secrets.
@@ -420,6 +437,8 @@ impl Supervisor {
                 spare: Vec::new(),
             }),
             pipeline,
+            published,
+            others,
             reserved,
         })
     }

@@ -77,11 +77,15 @@ impl Supervisor {
             );
 
             let slept_from = Instant::now();
-            let (pipe_ready, sig_ready, control_events) = {
+            let (pipe_ready, sig_ready, others_ready, control_events) = {
                 let mut fds = vec![PollFd::new(self.sigfd.as_fd(), PollFlags::POLLIN)];
                 if let Some(p) = &self.pipe {
                     fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
                 }
+                let others = self.others.fd().map(|fd| {
+                    fds.push(PollFd::new(fd, PollFlags::POLLIN));
+                    fds.len() - 1
+                });
                 let first_control = fds.len();
                 if let Some(c) = &self.control {
                     fds.extend(c.fds());
@@ -93,11 +97,21 @@ impl Supervisor {
                             .iter()
                             .map(|f| f.revents().unwrap_or(PollFlags::empty()))
                             .collect();
-                        (self.pipe.is_some() && r(&fds[1]), r(&fds[0]), control)
+                        (
+                            self.pipe.is_some() && r(&fds[1]),
+                            r(&fds[0]),
+                            others.is_some_and(|i| r(&fds[i])),
+                            control,
+                        )
                     }
-                    Err(_) => (false, false, Vec::new()),
+                    Err(_) => (false, false, false, Vec::new()),
                 }
             };
+            // Another job published its secrets: learn them now, while it runs, whether or
+            // not this job prints anything meanwhile.
+            if others_ready {
+                self.learn_others(true);
+            }
             if let Some(c) = &mut self.control
                 && control_events.iter().any(|e| !e.is_empty())
             {
@@ -165,6 +179,8 @@ impl Supervisor {
         self.pipeline.finish(&mut tail);
         self.sink.store(tail);
         self.sink = std::mem::replace(&mut self.sink, Sink::Moved).joined();
+        // Every process of the job is gone: nobody can read its environment any more.
+        self.published = None;
         self.finish(
             shell_status,
             ending.map(|e| e.0).unwrap_or(End::ShellExited),
@@ -192,6 +208,8 @@ impl Supervisor {
             if n == CHUNK && self.sink.is_inline() {
                 self.sink = std::mem::replace(&mut self.sink, Sink::Moved).threaded();
             }
+            // After the read, before a byte of it goes anywhere (see livesecrets).
+            self.learn_others(false);
             if let Some(c) = &mut self.control
                 && c.tty
             {
@@ -205,6 +223,25 @@ impl Supervisor {
             }
         }
         Some(n)
+    }
+
+    /// Adds to the masking the secrets of jobs that started since the last look (one
+    /// `stat` when none did; `woken`: the folder's watch fired), and returns them, for the
+    /// terminal wire to add too.
+    fn learn_others(&mut self, woken: bool) -> Vec<String> {
+        let new = if woken {
+            self.others.woken()
+        } else {
+            self.others.poll()
+        };
+        if !new.is_empty() {
+            let values: Vec<&[u8]> = new.iter().map(|v| v.as_bytes()).collect();
+            self.pipeline.add_secrets(&values);
+            if let Some(c) = &mut self.control {
+                c.add_secrets(&values);
+            }
+        }
+        new
     }
 
     fn reap(&mut self, shell_status: &mut Option<WaitStatus>) {

@@ -129,12 +129,14 @@
 mod index;
 mod short;
 mod spell;
+mod spot;
 #[cfg(test)]
 mod tests;
 
 use index::{GramIndex, SAMPLED_MIN_LEN};
 use short::ShortPatterns;
 use spell::{Pattern, WRAP_MIN_CORE, Walk};
+pub use spot::Spotter;
 
 /// Shortest base64 core (in characters) that is searched for.
 pub const MIN_BASE64_CORE: usize = 8;
@@ -149,6 +151,9 @@ const MARKER: &[u8] = b"[redacted]";
 pub struct Redactor {
     /// `None` when there is nothing to mask: then the redactor passes text through.
     finder: Option<Finder>,
+    /// What the finder searches (values and base64 cores, each wrapped or not), sorted and
+    /// without duplicates: kept so that [`Redactor::add_secrets`] can extend it.
+    patterns: Vec<(Vec<u8>, bool)>,
     /// The tail of the stream that could still start an occurrence.
     held: Vec<u8>,
     /// Stream offset of `held[0]`.
@@ -174,21 +179,13 @@ impl Redactor {
 
     /// A redactor for these secret values.
     pub fn new(secrets: &[&[u8]]) -> Self {
-        let mut patterns: Vec<(Vec<u8>, bool)> = Vec::new();
-        for &value in secrets {
-            if value.len() < MIN_SECRET_LEN {
-                continue;
-            }
-            patterns.push((value.to_vec(), false));
-            for core in base64_cores(value) {
-                let wraps = core.len() >= WRAP_MIN_CORE;
-                patterns.push((core, wraps));
-            }
-        }
+        let mut patterns = Vec::new();
+        push_patterns(secrets, &mut patterns);
         patterns.sort_unstable();
         patterns.dedup();
         Redactor {
-            finder: (!patterns.is_empty()).then(|| Finder::new(patterns)),
+            finder: (!patterns.is_empty()).then(|| Finder::new(&patterns)),
+            patterns,
             held: Vec::new(),
             pos: 0,
             region_end: None,
@@ -198,6 +195,38 @@ impl Redactor {
             scratch: Vec::new(),
             masked: 0,
         }
+    }
+
+    /// Masks these values too from now on, keeping the stream's state: the held tail (which
+    /// the new values are searched in as well, so a value whose start is still held is
+    /// caught), the region being masked, and the count. Text already handed out stays as
+    /// it was. Values already known, or too short, change nothing; returns whether any
+    /// was new. Rebuilding the index costs about as much as [`Redactor::new`] for all the
+    /// values together, so call it when the set changed, not per write.
+    pub fn add_secrets(&mut self, secrets: &[&[u8]]) -> bool {
+        let mut added = Vec::new();
+        push_patterns(secrets, &mut added);
+        added.retain(|p| self.patterns.binary_search(p).is_err());
+        if added.is_empty() {
+            return false;
+        }
+        self.patterns.extend(added);
+        self.patterns.sort_unstable();
+        self.patterns.dedup();
+        // The held tail is at most the old longest occurrence less one byte, which is never
+        // more than the new: nothing held needs to be handed out first.
+        self.finder = Some(Finder::new(&self.patterns));
+        true
+    }
+
+    /// Whether `text` holds an occurrence of any secret, in any spelling that is masked.
+    pub fn finds(&self, text: &[u8]) -> bool {
+        let Some(finder) = &self.finder else {
+            return false;
+        };
+        let mut found = Vec::new();
+        finder.find(text, text.len(), &mut Walk::default(), &mut found);
+        !found.is_empty()
     }
 
     /// Redacts `input`, appending to `out` what can no longer be part of a secret.
@@ -300,6 +329,20 @@ impl Redactor {
     }
 }
 
+/// Appends the patterns of these values (each value and its base64 cores) to `patterns`.
+fn push_patterns(secrets: &[&[u8]], patterns: &mut Vec<(Vec<u8>, bool)>) {
+    for &value in secrets {
+        if value.len() < MIN_SECRET_LEN {
+            continue;
+        }
+        patterns.push((value.to_vec(), false));
+        for core in base64_cores(value) {
+            let wraps = core.len() >= WRAP_MIN_CORE;
+            patterns.push((core, wraps));
+        }
+    }
+}
+
 /// Appends `hay[..boundary]` to `out` with the occurrences in `found` (spans in `hay`,
 /// which starts at stream offset `pos`) merged and replaced, and the bytes of a region that
 /// began before `hay` (up to `region_end`) dropped.
@@ -346,7 +389,7 @@ struct Finder {
 
 impl Finder {
     /// A finder for these texts (values and base64 cores), each wrapped or not.
-    fn new(texts: Vec<(Vec<u8>, bool)>) -> Self {
+    fn new(texts: &[(Vec<u8>, bool)]) -> Self {
         let patterns: Vec<Pattern> = texts.iter().map(|(t, w)| Pattern::new(t, *w)).collect();
         let max_len = patterns.iter().map(|p| p.max_len).max().unwrap_or(1);
         let (long, short): (Vec<_>, Vec<_>) = patterns

@@ -914,3 +914,119 @@ proptest! {
         prop_assert_eq!(&out, &oracle_out);
     }
 }
+
+// ---- secrets added to a running stream ------------------------------------------------------
+
+/// Feeds `before` in pieces of `sizes`, adds `added`, feeds `after` likewise, finishes.
+fn run_adding(
+    first: &[&[u8]],
+    added: &[&[u8]],
+    before: &[u8],
+    after: &[u8],
+    sizes: &[usize],
+) -> Vec<u8> {
+    let mut r = Redactor::new(first);
+    let mut out = Vec::new();
+    let feed = |r: &mut Redactor, mut rest: &[u8], out: &mut Vec<u8>| {
+        for &n in sizes.iter().cycle() {
+            if rest.is_empty() {
+                break;
+            }
+            let (a, b) = rest.split_at(n.clamp(1, rest.len()));
+            r.feed(a, out);
+            rest = b;
+        }
+    };
+    feed(&mut r, before, &mut out);
+    r.add_secrets(added);
+    feed(&mut r, after, &mut out);
+    r.finish(&mut out);
+    out
+}
+
+#[test]
+fn an_added_secret_is_masked_from_the_held_tail_on() {
+    let first: &[&[u8]] = &[b"s3cret-t0ken-1234"];
+    // The first part of the new value is still held when it is added.
+    let out = run_adding(
+        first,
+        &[b"hunter22"],
+        b"ok\nlog hun",
+        b"ter22 s3cret-t0ken-1234\n",
+        &[3],
+    );
+    assert_eq!(out, b"ok\nlog [redacted] [redacted]\n");
+}
+
+#[test]
+fn a_redactor_without_secrets_takes_some_later() {
+    let mut r = Redactor::new(&[]);
+    let mut out = Vec::new();
+    r.feed(b"hunter22 before\n", &mut out);
+    assert!(r.add_secrets(&[b"hunter22"]));
+    r.feed(b"after hunter22 and aHVudGVyMjI=\n", &mut out);
+    r.finish(&mut out);
+    assert_eq!(out, b"hunter22 before\nafter [redacted] and [redacted]I=\n");
+    assert_eq!(r.masked(), 2);
+}
+
+#[test]
+fn adding_known_or_short_values_changes_nothing() {
+    let mut r = Redactor::new(&[b"hunter22"]);
+    assert!(!r.add_secrets(&[b"hunter22", b"abc"]));
+    assert!(r.add_secrets(&[b"another-one"]));
+    assert!(!r.add_secrets(&[b"another-one"]));
+    assert_eq!(
+        r.redact_str("hunter22 another-one abc"),
+        "[redacted] [redacted] abc"
+    );
+}
+
+#[test]
+fn finds_tells_whether_any_spelling_is_there() {
+    let r = Redactor::new(&[b"pa ss/word"]);
+    for hit in [
+        "x pa%20ss%2Fword",
+        "cGEgc3Mvd29yZA",
+        "pa+ss\\/word",
+        "pa ss/word",
+    ] {
+        assert!(r.finds(hit.as_bytes()), "{hit}");
+    }
+    for miss in ["pa ss", "password", ""] {
+        assert!(!r.finds(miss.as_bytes()), "{miss}");
+    }
+    assert!(!Redactor::new(&[]).finds(b"anything"));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn adding_keeps_chunking_invariance(
+        (secrets, text, sizes) in case(),
+        at in any::<prop::sample::Index>(),
+    ) {
+        let refs: Vec<&[u8]> = secrets.iter().map(Vec::as_slice).collect();
+        let (first, added) = refs.split_at(1);
+        let k = at.index(text.len() + 1);
+        let (before, after) = text.split_at(k);
+        let whole = run_adding(first, added, before, after, &[usize::MAX]);
+        prop_assert_eq!(&run_adding(first, added, before, after, &sizes), &whole);
+        prop_assert_eq!(&run_adding(first, added, before, after, &[1]), &whole);
+        // Added before the first byte, it is as if it had been there from the start.
+        if k == 0 {
+            prop_assert_eq!(&whole, &oracle(&refs, &text).0);
+        }
+        // The first secrets stay masked throughout; the added ones from the add on.
+        for s in first {
+            prop_assert!(!survives(&whole, s), "{:?}", String::from_utf8_lossy(&whole));
+        }
+        let marked = [&text[..], b"|"].concat();
+        for s in added {
+            let tail = [&b"|"[..], s, b"|\n"].concat();
+            let out = run_adding(first, added, &marked, &tail, &sizes);
+            prop_assert!(out.ends_with(b"|[redacted]|\n"), "{:?}", String::from_utf8_lossy(&out));
+        }
+    }
+}
