@@ -166,6 +166,12 @@ fn a_job_that_stops_the_fork_server_holds_no_later_start() {
         assert_eq!(v["status"], "succeeded", "{v:#}");
         assert_eq!(text(&v, "output"), format!("start {i}\n"), "{v:#}");
     }
+    // The stopped server was given up: ended, and reaped (no zombie for serve's life).
+    eventually(
+        PROMPT,
+        "the stopped fork server to be ended and reaped",
+        || proc_state(fs).is_none().then_some(()),
+    );
     // And one that keeps stopping it and the spare supervisors it forks ahead (each of
     // which a start is handed to) while starts go on.
     let serve = s.pid();

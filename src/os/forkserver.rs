@@ -276,7 +276,16 @@ impl ForkServer {
     /// request it holds is never acted on later, and refuses later starts at once.
     fn retire(&self, line: &mut Line) {
         line.retired = true;
-        super::pidfd::signal_verified(self.pid, self.start, nix::sys::signal::Signal::SIGKILL);
+        if let Some(p) = super::pidfd::Pidfd::open(self.pid, self.start)
+            && p.signal(nix::sys::signal::Signal::SIGKILL)
+            && p.wait_exit(std::time::Duration::from_millis(500))
+        {
+            // Our child: reaped, so that it does not stay a zombie for serve's whole life.
+            let _ = nix::sys::wait::waitpid(
+                nix::unistd::Pid::from_raw(self.pid),
+                Some(nix::sys::wait::WaitPidFlag::WNOHANG),
+            );
+        }
     }
 }
 
