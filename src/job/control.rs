@@ -73,7 +73,7 @@ impl Control {
 
     /// Appends `data` to the job's stdin, then closes it if `close`. Each chunk waits up to
     /// [`BUSY_WAIT`] for the job to make room; an error leaves the chunks before it
-    /// delivered (see [`Control::stdin_chunk`] to know how many).
+    /// delivered (a caller that must know how many sends with [`Control::stdin_chunk`]).
     pub fn stdin(&mut self, data: &[u8], close: bool) -> Result<()> {
         for chunk in data.chunks(MAX_CHUNK) {
             self.stdin_chunk(chunk, Instant::now() + BUSY_WAIT)?;
