@@ -761,12 +761,7 @@ fn a_log_ticket_follows_a_running_job_to_its_end() {
     assert_eq!(st.status, 200, "{}", st.text());
     assert_eq!(st.header("access-control-allow-origin"), Some(PAGE));
     st.until("the first line", |st| st.text() == "one\n");
-    let r = c.send(
-        "POST",
-        &format!("/v1/jobs/{job}/stdin?close=true"),
-        &[],
-        Some(b"go\n"),
-    );
+    let r = c.send("POST", &format!("/v1/jobs/{job}/stdin"), &[], Some(b"go\n"));
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(st.rest(), "one\ntwo\n");
 }

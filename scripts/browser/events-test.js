@@ -303,7 +303,7 @@ async function main() {
   writeState();
   page.evaluate(([addr, tok, id]) => window.followLog(addr, tok, id), [state.address, state.token, job]);
   await waitFor('the page to show the first line of the followed log', async () => (await pageState(page)).log.text === 'one\n');
-  const w = await api('POST', `/v1/jobs/${job}/stdin?close=true`, Buffer.from('typed\n'), { 'content-type': 'application/octet-stream' });
+  const w = await api('POST', `/v1/jobs/${job}/stdin`, Buffer.from('typed\n'), { 'content-type': 'application/octet-stream' });
   if (w.status !== 200) throw new Error(`stdin: HTTP ${w.status} ${w.text}`);
   const L = await waitFor('the followed log to end', async () => {
     const l = (await pageState(page)).log;
