@@ -6,10 +6,13 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 use gitterm_agent::cli;
 
+/// `--version`: the release, and the commit it was built from (see build.rs).
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("GITTERM_BUILD"), ")");
+
 #[derive(Parser)]
 #[command(
     name = "gitterm-agent",
-    version = gitterm_agent::VERSION,
+    version = VERSION,
     about = "Runs and supervises jobs inside a sandbox.",
     long_about = None,
     after_help = cli::after_help()
@@ -42,7 +45,8 @@ fn main() {
     gitterm_agent::os::alloc::init();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
-        Err(e) => {
+        Err(mut e) => {
+            hint_the_separator(&mut e);
             let _ = e.print();
             std::process::exit(match e.kind() {
                 clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => 0,
@@ -64,4 +68,28 @@ fn main() {
             e.exit_status()
         }
     });
+}
+
+/// `exec true`, `exec ls -la`: a word clap does not take, where the command was meant;
+/// the usage line alone does not tell a newcomer that the command follows `--`.
+fn hint_the_separator(e: &mut clap::Error) {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::UnknownArgument || std::env::args().nth(1).as_deref() != Some("exec")
+    {
+        return;
+    }
+    let Some(ContextValue::String(word)) = e.get(ContextKind::InvalidArg) else {
+        return;
+    };
+    if word.starts_with('-') {
+        return;
+    }
+    let tip =
+        format!("the command goes after `--`, as in 'gitterm-agent exec [OPTIONS] -- {word} ...'");
+    let mut tips = match e.get(ContextKind::Suggested) {
+        Some(ContextValue::StyledStrs(t)) => t.clone(),
+        _ => Vec::new(),
+    };
+    tips.push(tip.into());
+    e.insert(ContextKind::Suggested, ContextValue::StyledStrs(tips));
 }

@@ -552,7 +552,7 @@ fn malformed_and_traversing_ids_are_not_found() {
         assert_eq!((r.status, r.code().as_str()), (404, "not_found"), "{p}");
     }
     // A raw NUL byte in the target: still just not found.
-    c.write_raw(b"GET /v1/jobs/job_\0/output HTTP/1.1\r\nAuthorization: Bearer ")
+    c.write_raw(b"GET /v1/jobs/job_\0/output HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ")
         .unwrap();
     c.write_raw(format!("{}\r\n\r\n", s.token).as_bytes())
         .unwrap();
@@ -566,7 +566,7 @@ fn wrong_methods_and_unknown_routes() {
     let mut c = s.client();
     let r = c.send("DELETE", "/v1/jobs", &[], None);
     assert_eq!((r.status, r.code().as_str()), (400, "invalid"));
-    assert_eq!(r.header("allow"), Some("POST, GET"));
+    assert_eq!(r.header("allow"), Some("POST, GET, HEAD"));
     let r = c.get("/v1/jobs/job_00000000000000000000/cancel");
     assert_eq!((r.status, r.header("allow")), (400, Some("POST")));
     let r = c.send("POST", "/v1/health", &[], Some(b"{}"));
@@ -880,7 +880,7 @@ fn body_limits() {
     // Refused from the Content-Length alone.
     c.write_raw(
         format!(
-            "POST /v1/jobs HTTP/1.1\r\nAuthorization: Bearer {}\r\nContent-Length: 5000\r\n\r\n",
+            "POST /v1/jobs HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {}\r\nContent-Length: 5000\r\n\r\n",
             s.token
         )
         .as_bytes(),
@@ -891,7 +891,7 @@ fn body_limits() {
     assert_eq!(r.header("connection"), Some("close"));
     // Refused while reading a chunked stream that grows past the cap.
     let mut c = s.client();
-    c.write_raw(format!("POST /v1/jobs HTTP/1.1\r\nAuthorization: Bearer {}\r\nTransfer-Encoding: chunked\r\n\r\n", s.token).as_bytes()).unwrap();
+    c.write_raw(format!("POST /v1/jobs HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {}\r\nTransfer-Encoding: chunked\r\n\r\n", s.token).as_bytes()).unwrap();
     let chunk = format!("400\r\n{}\r\n", "x".repeat(0x400));
     for _ in 0..8 {
         if c.write_raw(chunk.as_bytes()).is_err() {
@@ -905,7 +905,7 @@ fn body_limits() {
     let mut c = s.client();
     let body = br#"{"command":"echo chunked"}"#;
     let mut req = format!(
-        "POST /v1/jobs HTTP/1.1\r\nAuthorization: Bearer {}\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "POST /v1/jobs HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {}\r\nTransfer-Encoding: chunked\r\n\r\n",
         s.token
     )
     .into_bytes();
@@ -923,7 +923,7 @@ fn body_limits() {
     let mut c = s.client();
     c.write_raw(
         format!(
-            "POST /v1/env HTTP/1.1\r\nAuthorization: Bearer {}\r\nContent-Length: {}\r\n\r\n",
+            "POST /v1/env HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {}\r\nContent-Length: {}\r\n\r\n",
             s.token,
             (8 << 20) + 1
         )
@@ -933,7 +933,7 @@ fn body_limits() {
     assert_eq!(c.read_response().unwrap().status, 413);
     // An unauthenticated body is refused before it is read.
     let mut c = s.anon();
-    c.write_raw(b"POST /v1/jobs HTTP/1.1\r\nContent-Length: 1000000\r\n\r\n")
+    c.write_raw(b"POST /v1/jobs HTTP/1.1\r\nHost: t\r\nContent-Length: 1000000\r\n\r\n")
         .unwrap();
     assert_eq!(c.read_response().unwrap().status, 401);
 }
@@ -944,7 +944,8 @@ fn slow_and_huge_clients_are_cut_off() {
     // Slowloris: heads trickled a byte at a time, never finished.
     let mut slow: Vec<Client> = (0..20).map(|_| s.anon()).collect();
     for c in &mut slow {
-        c.write_raw(b"GET /v1/health HTTP/1.1\r\nX-A: ").unwrap();
+        c.write_raw(b"GET /v1/health HTTP/1.1\r\nHost: t\r\nX-A: ")
+            .unwrap();
     }
     for _ in 0..3 {
         for c in &mut slow {
@@ -962,7 +963,7 @@ fn slow_and_huge_clients_are_cut_off() {
     }
     // An endless chunked body, trickled.
     let mut c = s.client();
-    c.write_raw(format!("POST /v1/env HTTP/1.1\r\nAuthorization: Bearer {}\r\nTransfer-Encoding: chunked\r\n\r\n", s.token).as_bytes()).unwrap();
+    c.write_raw(format!("POST /v1/env HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {}\r\nTransfer-Encoding: chunked\r\n\r\n", s.token).as_bytes()).unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut cut = false;
     while Instant::now() < deadline {
@@ -980,7 +981,7 @@ fn slow_and_huge_clients_are_cut_off() {
     let mut c = s.anon();
     let _ = c.write_raw(
         format!(
-            "GET /v1/health HTTP/1.1\r\nX-Big: {}\r\n\r\n",
+            "GET /v1/health HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n",
             "a".repeat(1 << 20)
         )
         .as_bytes(),
@@ -989,7 +990,7 @@ fn slow_and_huge_clients_are_cut_off() {
     assert_eq!((r.status, r.code().as_str()), (413, "too_large"));
     let mut c = s.anon();
     let many: String = (0..500).map(|i| format!("X-{i}: y\r\n")).collect();
-    c.write_raw(format!("GET /v1/health HTTP/1.1\r\n{many}\r\n").as_bytes())
+    c.write_raw(format!("GET /v1/health HTTP/1.1\r\nHost: t\r\n{many}\r\n").as_bytes())
         .unwrap();
     assert_eq!(c.read_response().unwrap().status, 413);
     // Malformed heads: 400 invalid.
@@ -1013,7 +1014,7 @@ fn keep_alive_pipelining_and_expect_continue() {
     let auth = format!("Authorization: Bearer {}\r\n", s.token);
     let body = r#"{"set":{"PIPE_A":"1"}}"#;
     let pipelined = format!(
-        "GET /v1/health HTTP/1.1\r\n\r\nPOST /v1/env HTTP/1.1\r\n{auth}Content-Length: {}\r\n\r\n{body}GET /v1/env HTTP/1.1\r\n{auth}\r\nGET /v1/nothing HTTP/1.1\r\n{auth}\r\n",
+        "GET /v1/health HTTP/1.1\r\nHost: t\r\n\r\nPOST /v1/env HTTP/1.1\r\nHost: t\r\n{auth}Content-Length: {}\r\n\r\n{body}GET /v1/env HTTP/1.1\r\nHost: t\r\n{auth}\r\nGET /v1/nothing HTTP/1.1\r\nHost: t\r\n{auth}\r\n",
         body.len()
     );
     c.write_raw(pipelined.as_bytes()).unwrap();
@@ -1036,8 +1037,10 @@ fn keep_alive_pipelining_and_expect_continue() {
     // Refused before the body while the client waits for 100 Continue: answered at once,
     // without waiting for a body that may never come.
     let mut a = s.anon();
-    a.write_raw(b"POST /v1/jobs HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 10\r\n\r\n")
-        .unwrap();
+    a.write_raw(
+        b"POST /v1/jobs HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 10\r\n\r\n",
+    )
+    .unwrap();
     a.r.get_ref().set_timeout(Duration::from_secs(30));
     assert_eq!(a.read_response().unwrap().status, 401);
     // Connection: close is honoured.
@@ -1065,7 +1068,8 @@ fn connection_cap() {
     eventually(LONG, "a free connection slot", || {
         let mut c = s.anon();
         c.r.get_ref().set_timeout(Duration::from_secs(5));
-        c.write_raw(b"GET /v1/health HTTP/1.1\r\n\r\n").ok()?;
+        c.write_raw(b"GET /v1/health HTTP/1.1\r\nHost: t\r\n\r\n")
+            .ok()?;
         (c.read_response()?.status == 200).then_some(())
     });
 }

@@ -175,7 +175,7 @@ fn silent_connections_do_not_shut_out_health_or_clients() {
     // Unauthenticated clients that trickle a refused body are no better placed.
     let mut trickling: Vec<TcpStream> = s.silent(64);
     for c in &mut trickling {
-        let _ = c.write_all(b"POST /v1/jobs HTTP/1.1\r\nContent-Length: 60000\r\n\r\n{");
+        let _ = c.write_all(b"POST /v1/jobs HTTP/1.1\r\nHost: t\r\nContent-Length: 60000\r\n\r\n{");
     }
     std::thread::sleep(Duration::from_millis(1500));
     for c in &mut trickling {
@@ -200,7 +200,8 @@ fn a_silent_connection_is_closed_after_the_header_timeout() {
     // A head begun but never finished is answered `timeout`, on the same clock.
     let t = Instant::now();
     let mut c = TcpStream::connect(&s.addr).unwrap();
-    c.write_all(b"GET /v1/health HTTP/1.1\r\n").unwrap();
+    c.write_all(b"GET /v1/health HTTP/1.1\r\nHost: t\r\n")
+        .unwrap();
     c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut raw = String::new();
     let _ = c.read_to_string(&mut raw);

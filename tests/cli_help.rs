@@ -5,9 +5,11 @@
 use crate::util::*;
 
 /// Every subcommand with a help page (the top level is `[]`).
-const COMMANDS: [&[&str]; 7] = [
+const COMMANDS: [&[&str]; 9] = [
     &[],
     &["exec"],
+    &["attach"],
+    &["events"],
     &["status"],
     &["logs"],
     &["cancel"],

@@ -249,11 +249,23 @@ fn a_killed_cli_loses_nothing() {
     assert_eq!(v["output"], "done\n");
 }
 
-/// Every file under `dir` but the job's own secrets file, with its content.
+/// Every file under `dir` but the job's own secrets file, with its content. A symbolic
+/// link is not followed: the published secrets of a running job are links naming its
+/// supervisor's memory file (`pid-<pid>-fd-<n>`, opened through /proc), which is on no
+/// disk; followed as a path, such a link leads nowhere.
 fn files_outside_secrets(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).unwrap().flatten() {
         let p = e.path();
+        if let Ok(target) = std::fs::read_link(&p) {
+            assert!(
+                target.to_string_lossy().starts_with("pid-") && std::fs::read(&p).is_err(),
+                "{} links to {}",
+                p.display(),
+                target.display()
+            );
+            continue;
+        }
         if p.is_dir() {
             out.extend(files_outside_secrets(&p));
         } else if p.file_name().is_some_and(|n| n != "secrets.env") {

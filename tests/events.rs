@@ -260,7 +260,7 @@ fn server_sent_events_arrive_at_once_resume_and_a_stalled_reader_delays_nobody()
     stalled
         .write_raw(
             format!(
-                "GET /v1/events HTTP/1.1\r\nAuthorization: Bearer {}\r\nAccept: text/event-stream\r\n\r\n",
+                "GET /v1/events HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {}\r\nAccept: text/event-stream\r\n\r\n",
                 s.token
             )
             .as_bytes(),

@@ -223,7 +223,7 @@ fn live_answers_have_exactly_the_documented_fields() {
     let mut raw = s.client();
     raw.write_raw(
         format!(
-            "POST /v1/jobs HTTP/1.1\r\nAuthorization: Bearer {}\r\nContent-Length: 5000\r\n\r\n",
+            "POST /v1/jobs HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {}\r\nContent-Length: 5000\r\n\r\n",
             s.token
         )
         .as_bytes(),

@@ -5,8 +5,9 @@
 //! (`GET /v1/health`) needs nothing; everything else is authenticated first (so an
 //! unauthenticated client learns nothing, not even which routes exist), then routed
 //! (unknown path: 404 `not_found`; known path, wrong method: 400 `invalid` with an `Allow`
-//! header), then the scoped token's limits apply (403 `forbidden`), then the query string
-//! is parsed. Only then is the body read and the route's handler called.
+//! header; `HEAD` is routed as `GET`, and answered without the body), then the scoped
+//! token's limits apply (403 `forbidden`), then the query string is parsed. Only then is
+//! the body read and the route's handler called.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,7 +15,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::auth::{Access, Tokens};
+use super::auth::{Access, Tickets, Tokens};
+use super::cors::{self, Origins};
 use super::handlers::{Answer, Call, Failure};
 use super::http::{Fault, Handler, Head, Request, Response};
 use super::request::Query;
@@ -40,27 +42,18 @@ pub struct App {
     waiting: Arc<AtomicUsize>,
     /// The most that may wait at once.
     max_waiting: usize,
-    /// Terminal tickets not used yet (see [`App::issue_ticket`]).
-    tickets: std::sync::Mutex<Vec<Ticket>>,
-    /// Browser origins whose pages may use a ticket (`--allowed-origin`).
-    allowed_origins: Vec<String>,
+    /// Tickets not used yet (see [`App::issue_ticket`]).
+    tickets: Tickets,
+    /// Browser origins whose pages may use a ticket and get CORS grants (`--allowed-origin`).
+    allowed_origins: Origins,
     /// The largest file an upload may write.
     pub(super) max_file_bytes: u64,
-}
-
-/// A single-use credential for one terminal WebSocket, for a browser (which cannot set
-/// the bearer header on a WebSocket).
-struct Ticket {
-    value: String,
-    /// The request path it opens.
-    path: String,
-    expires: std::time::Instant,
+    /// The largest request body (`--max-body`), for a body this handler streams itself.
+    max_body: u64,
 }
 
 /// How long a ticket is valid.
-pub const TICKET_TTL: Duration = Duration::from_secs(60);
-/// The most tickets outstanding at once.
-const MAX_TICKETS: usize = 1024;
+pub use super::auth::TICKET_TTL;
 
 /// A request's place among those that wait; given back on drop. It owns its share of the
 /// count, so a streamed answer (a followed log) can hold it after its handler returned.
@@ -104,88 +97,87 @@ impl App {
             hub,
             waiting: Arc::new(AtomicUsize::new(0)),
             max_waiting: usize::MAX,
-            tickets: std::sync::Mutex::new(Vec::new()),
-            allowed_origins: Vec::new(),
+            tickets: Tickets::default(),
+            allowed_origins: Origins::default(),
             max_file_bytes: super::handlers::files::DEFAULT_MAX_FILE_BYTES,
+            max_body: super::http::Limits::default().max_body,
         }
     }
 
-    /// The browser origins whose pages may open a terminal with a ticket.
-    pub fn with_allowed_origins(mut self, origins: Vec<String>) -> App {
-        self.allowed_origins = origins
-            .into_iter()
-            .map(|o| o.trim_end_matches('/').to_ascii_lowercase())
-            .collect();
+    /// The browser origins whose pages may use tickets and get CORS grants.
+    pub fn with_allowed_origins(mut self, origins: Origins) -> App {
+        self.allowed_origins = origins;
         self
     }
 
-    /// A new ticket for `path` (random, single use, valid [`TICKET_TTL`]), and when it
-    /// expires.
+    /// A new ticket that opens `path` once, with no more access than the caller's own
+    /// (a scoped token's ticket is scoped), and when it expires.
     pub(super) fn issue_ticket(
         &self,
         path: String,
+        scoped: bool,
     ) -> std::result::Result<(String, std::time::SystemTime), Failure> {
-        let mut random = [0u8; 32];
-        crate::os::proc::random_bytes(&mut random).map_err(|e| Error::io("random ticket", e))?;
-        let value: String = random.iter().map(|b| format!("{b:02x}")).collect();
+        let access = if scoped { Access::Scoped } else { Access::Full };
         let now = std::time::Instant::now();
-        let mut t = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
-        t.retain(|t| t.expires > now);
-        if t.len() >= MAX_TICKETS {
-            return Err(Error::RateLimited(
-                "too many terminal tickets are outstanding; use or let some expire".into(),
-            )
-            .into());
-        }
-        t.push(Ticket {
-            value: value.clone(),
-            path,
-            expires: now + TICKET_TTL,
-        });
-        Ok((value, std::time::SystemTime::now() + TICKET_TTL))
+        let (value, expires) = self.tickets.issue(path, access, now)?;
+        Ok((value, std::time::SystemTime::now() + (expires - now)))
     }
 
-    /// Takes the ticket `given` for `head` (single use: it is gone whatever follows), and
-    /// checks the page's `Origin`.
-    fn redeem_ticket(&self, given: &str, head: &Head) -> Result<Access, Error> {
-        let now = std::time::Instant::now();
-        let found = {
-            let mut t = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
-            t.retain(|t| t.expires > now);
-            // Every ticket is compared, in constant time each.
-            let mut hit = None;
-            for (i, t) in t.iter().enumerate() {
-                if crate::api::auth::ct_eq(t.value.as_bytes(), given.as_bytes()) {
-                    hit = Some(i);
-                }
-            }
-            hit.map(|i| t.swap_remove(i))
-        };
-        let Some(ticket) = found.filter(|t| t.path == head.path) else {
+    /// Checks the ticket `given` for `head` without using it up: it must be live, for
+    /// this very path and a GET, and a browser's page must be of an allowed origin.
+    fn check_ticket(&self, given: &str, head: &Head) -> Result<Access, Error> {
+        let Some(ticket) = self.tickets.peek(given, std::time::Instant::now()) else {
             return Err(Error::Auth(
-                "the ticket is unknown, used or expired (or for another job): get a new one \
-                 with POST /v1/jobs/{id}/pty/tickets"
+                "the ticket is unknown, used or expired (tickets are single use, valid 60 s, \
+                 and a restart of serve forgets them): get a new one from the route that made it"
                     .into(),
             ));
         };
-        let _ = ticket;
-        if let Some(origin) = head.header("origin") {
-            let o = origin.trim().trim_end_matches('/').to_ascii_lowercase();
-            if !self.allowed_origins.contains(&o) {
-                return Err(Error::Forbidden(format!(
-                    "pages from origin {} may not open terminals: start serve with \
-                     --allowed-origin {}",
-                    shown_path(origin),
-                    shown_path(origin)
-                )));
-            }
+        if ticket.path != head.path || head.method != "GET" {
+            return Err(Error::Auth(format!(
+                "this ticket opens GET {} only, not {} {}",
+                ticket.path,
+                shown_method(&head.method),
+                shown_path(&head.path)
+            )));
         }
-        Ok(Access::Full)
+        if let Some(origin) = head.header("origin")
+            && !self.allowed_origins.allows(origin)
+        {
+            return Err(Error::Forbidden(cors::refused(
+                origin,
+                "use tickets (this one is not used up)",
+            )));
+        }
+        Ok(ticket.access)
+    }
+
+    /// What a ticket may open on `route`: one stream, the form a browser makes.
+    fn ticket_form(route: Route, head: &Head, query: &Query) -> Result<(), Error> {
+        match route {
+            Route::Events if !super::handlers::events::accepts_stream(head) => Err(Error::Invalid(
+                "an events ticket opens the event stream: send Accept: text/event-stream \
+                     (EventSource does); a long-poll takes the bearer header"
+                    .into(),
+            )),
+            Route::JobLog if !query.flag("follow")?.unwrap_or(false) => Err(Error::Invalid(
+                "a log ticket opens the followed log: add follow=true; the whole log takes the \
+                 bearer header"
+                    .into(),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Caps the size of files written through `PUT /v1/files/content`.
     pub fn with_max_file_bytes(mut self, n: u64) -> App {
         self.max_file_bytes = n;
+        self
+    }
+
+    /// Caps request bodies the handlers stream (a job's stdin) as the server caps others.
+    pub fn with_max_body(mut self, n: u64) -> App {
+        self.max_body = n;
         self
     }
 
@@ -258,6 +250,9 @@ impl App {
             }
             Some(Err(f)) => Err(f),
             None if route == Route::WriteFile => super::handlers::files::write(self, &call, stream),
+            None if route == Route::JobStdin => {
+                super::handlers::interactive::stdin_stream(self, &call, stream)
+            }
             None => (route.handler())(self, &call),
         };
         let mut close = false;
@@ -294,31 +289,42 @@ impl App {
     /// Authenticates, routes, checks scope and parses the query; `Err` is the answer when
     /// the request may not go on.
     fn admit(&self, head: &Head) -> Result<Admitted, Box<Response>> {
+        // A browser sends no credentials on a preflight: it is answered before any.
+        if cors::is_preflight(head) {
+            return Err(cors::preflight(&self.allowed_origins, head).into());
+        }
         let public = Route::is_public_path(&head.path);
-        let ticket = ticket_in(&head.query);
-        let access = if public {
-            Access::Full
-        } else if let Some(t) = ticket.as_deref()
-            && head.all("authorization").next().is_none()
-            && head.method == "GET"
-            && head.path.ends_with("/pty")
-        {
-            self.redeem_ticket(t, head)
+        // The bearer header wins over a ticket (which is then not used).
+        let ticket = ticket_in(&head.query)
+            .filter(|_| !public && head.all("authorization").next().is_none());
+        let access = if let Some(t) = ticket.as_deref() {
+            self.check_ticket(t, head)
                 .map_err(|e| error_response(e.into()))?
+        } else if public {
+            Access::Full
         } else {
             let auth: Vec<&str> = head.all("authorization").collect();
             self.tokens
                 .check(&auth, &head.query)
                 .map_err(|e| error_response(e.into()))?
         };
-        let (route, id) = match Route::find(&head.method, &head.path) {
+        // HEAD is GET without the body (RFC 9110 §9.3.2): the connection drops the body, so
+        // everything else, the messages included, is the GET's.
+        let method = match head.method.as_str() {
+            "HEAD" => "GET",
+            m => m,
+        };
+        let (route, id) = match Route::find(method, &head.path) {
             Matched::Route(route, id) => (route, id),
-            Matched::WrongMethod(allowed) => {
+            Matched::WrongMethod(mut allowed) => {
+                if allowed.contains(&"GET") {
+                    allowed.push("HEAD");
+                }
                 let mut resp = error_response(
                     Error::Invalid(format!(
                         "{} does not accept {}; use {}",
                         head.path,
-                        shown_method(&head.method),
+                        shown_method(method),
                         allowed.join(" or ")
                     ))
                     .into(),
@@ -331,7 +337,7 @@ impl App {
                 return Err(error_response(
                     Error::NotFound(format!(
                         "no route {} {}; see docs/openapi.json",
-                        shown_method(&head.method),
+                        shown_method(method),
                         shown_path(&head.path)
                     ))
                     .into(),
@@ -353,6 +359,18 @@ impl App {
             .into());
         }
         let query = Query::parse(&head.query, route.query()).map_err(refused)?;
+        // Only a request that a ticket admits uses it up: one refused for its Origin, its
+        // form or its query string leaves it to the request that was meant.
+        if let Some(t) = ticket.as_deref() {
+            Self::ticket_form(route, head, &query).map_err(refused)?;
+            if !self.tickets.take(t, std::time::Instant::now()) {
+                return Err(refused(Error::Auth(
+                    "the ticket was used by another request meanwhile, or expired: get a new one"
+                        .into(),
+                ))
+                .into());
+            }
+        }
         Ok(Admitted {
             route,
             scoped: access == Access::Scoped,
@@ -436,7 +454,10 @@ impl Handler for App {
     type Admitted = Admitted;
 
     fn check(&self, head: &Head) -> Result<Admitted, Box<Response>> {
-        self.admit(head)
+        self.admit(head).map_err(|mut resp| {
+            cors::decorate(&self.allowed_origins, head, &mut resp);
+            resp
+        })
     }
 
     fn trusted(&self, admitted: &Admitted) -> bool {
@@ -444,12 +465,21 @@ impl Handler for App {
     }
 
     fn handle(&self, admitted: Admitted, req: Request) -> Response {
-        self.answer(admitted, &req.head, &req.body, &mut &req.body[..])
+        let mut resp = self.answer(admitted, &req.head, &req.body, &mut &req.body[..]);
+        cors::decorate(&self.allowed_origins, &req.head, &mut resp);
+        resp
     }
 
     fn streamed_body(&self, head: &Head) -> Option<u64> {
-        (head.method == Route::WriteFile.method() && head.path == Route::WriteFile.template())
-            .then_some(self.max_file_bytes)
+        if head.method == Route::WriteFile.method() && head.path == Route::WriteFile.template() {
+            return Some(self.max_file_bytes);
+        }
+        // A job's input goes to it as it arrives, a chunk at a time: never held whole.
+        matches!(
+            Route::find(&head.method, &head.path),
+            Matched::Route(Route::JobStdin, _)
+        )
+        .then_some(self.max_body)
     }
 
     fn handle_stream(
@@ -458,7 +488,9 @@ impl Handler for App {
         head: &Head,
         body: &mut super::http::BodyReader<'_>,
     ) -> Response {
-        self.answer(admitted, head, &[], body)
+        let mut resp = self.answer(admitted, head, &[], body);
+        cors::decorate(&self.allowed_origins, head, &mut resp);
+        resp
     }
 
     fn fault(&self, fault: &Fault) -> Response {
@@ -562,9 +594,12 @@ mod tests {
             Route::StartJob => (400, "command is missing"),
             Route::ListJobs => (200, "\"jobs\":[]"),
             Route::GetJob | Route::JobOutput | Route::JobLog | Route::CancelJob => (404, "no job"),
-            Route::JobStdin | Route::JobResize | Route::JobPty | Route::PtyTicket => {
-                (404, "no job")
-            }
+            Route::JobStdin
+            | Route::JobResize
+            | Route::JobPty
+            | Route::PtyTicket
+            | Route::LogTicket => (404, "no job"),
+            Route::EventsTicket => (200, "\"ticket\":"),
             Route::GetEnv | Route::SetEnv => (200, "\"names\":[]"),
             Route::Sandbox => (200, "\"bootId\":\"boot-a\""),
             Route::StartPreview => (400, "port is missing"),
@@ -592,6 +627,37 @@ mod tests {
             assert!(text.contains(needle), "{route:?}: {text}");
             assert_eq!(resp.route, route.template(), "{route:?}");
             assert!(resp.headers.iter().all(|(k, _)| *k != "Allow"), "{route:?}");
+        }
+    }
+
+    #[test]
+    fn head_is_routed_to_every_get_route_and_answered_as_its_get() {
+        let (_d, app) = app();
+        let answer = |method: &str, route: Route| {
+            let path = route.template().replace("{id}", UNKNOWN_JOB);
+            let raw = format!("{method} {path} HTTP/1.1\r\nAuthorization: Bearer {FULL}\r\n\r\n");
+            let head = parse_head(raw.as_bytes(), 100).unwrap();
+            match app.check(&head) {
+                Ok(admitted) => app.handle(admitted, Request { head, body: vec![] }),
+                Err(resp) => *resp,
+            }
+        };
+        for &route in Route::ALL {
+            let head = answer("HEAD", route);
+            if route.method() == "GET" {
+                let get = answer("GET", route);
+                assert_eq!(head.status, get.status, "{route:?}");
+                assert_eq!(head.route, route.template(), "{route:?}");
+                assert_eq!(head.body.len(), get.body.len(), "{route:?}");
+            } else if !Route::ALL
+                .iter()
+                .any(|r| r.method() == "GET" && r.template() == route.template())
+            {
+                // A path no GET serves: refused as a GET would be, naming what it takes.
+                let allow = head.headers.iter().find(|(k, _)| *k == "Allow");
+                assert_eq!(head.status, 400, "{route:?}");
+                assert!(allow.is_some_and(|(_, v)| !v.contains("HEAD")), "{route:?}");
+            }
         }
     }
 
@@ -641,5 +707,36 @@ mod tests {
                 "{route:?}: {text}"
             );
         }
+    }
+
+    #[test]
+    fn a_ticket_gives_no_more_than_the_token_that_minted_it() {
+        let (_d, app) = app();
+        let admit = |ticket: &str, path: &str| {
+            let raw = format!(
+                "GET {path}?follow=true&ticket={ticket} HTTP/1.1\r\nAccept: text/event-stream\r\n\r\n"
+            );
+            app.check(&parse_head(raw.as_bytes(), 100).unwrap())
+        };
+        let path = format!("/v1/jobs/{UNKNOWN_JOB}/log");
+        for scoped in [true, false] {
+            let (t, _) = app.issue_ticket(path.clone(), scoped).unwrap();
+            let a = admit(&t, &path).unwrap();
+            assert_eq!(
+                (a.route, a.scoped, a.trusted),
+                (Route::JobLog, scoped, true)
+            );
+            // Single use.
+            let again = admit(&t, &path).unwrap_err();
+            assert_eq!(error_code(&again).as_deref(), Some("auth"));
+        }
+        // A scoped ticket for a route of the full token only is refused, and stays unused.
+        let (t, _) = app.issue_ticket("/v1/events".into(), true).unwrap();
+        let raw =
+            format!("GET /v1/events?ticket={t} HTTP/1.1\r\nAccept: text/event-stream\r\n\r\n");
+        let head = parse_head(raw.as_bytes(), 100).unwrap();
+        let r = app.check(&head).unwrap_err();
+        assert_eq!(error_code(&r).as_deref(), Some("forbidden"));
+        assert!(app.tickets.peek(&t, std::time::Instant::now()).is_some());
     }
 }

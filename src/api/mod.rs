@@ -5,7 +5,8 @@
 //! - [`routes`]: every route as one [`Route`] enum (method, template, scope, handler).
 //! - [`app`]: admission (auth, routing, scope, query), dispatch, error answers and the
 //!   request log; [`handlers`]: one file per resource.
-//! - [`auth`]: tokens; [`request`]: pure parsing of queries and bodies; [`watch`]: one
+//! - [`auth`]: tokens and tickets; [`cors`]: what pages of other origins may call;
+//!   [`request`]: pure parsing of queries and bodies; [`watch`]: one
 //!   shared inotify instance for long-polls.
 //!
 //! The server keeps no state beyond the store: each job has its own supervisor process, so
@@ -13,6 +14,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod cors;
 pub mod feed;
 pub mod handlers;
 pub mod http;
@@ -75,9 +77,9 @@ pub struct ServeArgs {
     /// Prune ended jobs older than this many days
     #[arg(long, value_name = "D", default_value = "7")]
     pub keep_days: f64,
-    /// A browser origin (`https://host[:port]`) whose pages may open a terminal WebSocket
-    /// with a ticket; repeatable. Without it, a ticket is refused when the request
-    /// carries any `Origin` header
+    /// A browser origin (`https://host[:port]`) whose pages may use tickets (a terminal
+    /// WebSocket, an event stream, a followed log) and get CORS grants on those routes;
+    /// repeatable. Without it, a ticket is refused when the request carries an `Origin`
     #[arg(long = "allowed-origin", value_name = "ORIGIN")]
     pub allowed_origins: Vec<String>,
     /// Keep at least this many job events in the journal; older whole segments (1 MiB)
@@ -152,6 +154,7 @@ pub fn serve_main(args: ServeArgs) -> Result<i32> {
             args.keep_days
         )));
     }
+    let origins = cors::Origins::parse(&args.allowed_origins)?;
     let sandbox = crate::state::sandbox::record_start(store.root())?;
     let listener = bind(&args.listen)?;
 
@@ -216,8 +219,9 @@ pub fn serve_main(args: ServeArgs) -> Result<i32> {
     let app = Arc::new(
         app::App::new(store, cfg, tokens, sandbox, Arc::clone(&hub))
             .with_max_waiting(max_waiting)
-            .with_allowed_origins(args.allowed_origins.clone())
-            .with_max_file_bytes(args.max_file_bytes),
+            .with_allowed_origins(origins)
+            .with_max_file_bytes(args.max_file_bytes)
+            .with_max_body(args.max_body),
     );
     let limits = http::Limits {
         max_body: args.max_body,

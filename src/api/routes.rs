@@ -86,7 +86,9 @@ routes! {
     JobOutput = "GET" "/v1/jobs/{id}/output", Scoped, ["offset", "limit", "waitSeconds"],
         handlers::output::page;
     /// The whole stored output as plain text, streamed; one byte range; or followed.
-    JobLog = "GET" "/v1/jobs/{id}/log", Scoped, ["follow"], handlers::log::get;
+    JobLog = "GET" "/v1/jobs/{id}/log", Scoped, ["follow", "ticket"], handlers::log::get;
+    /// A single-use ticket that opens this job's followed log without the bearer header.
+    LogTicket = "POST" "/v1/jobs/{id}/log/tickets", Scoped, [], handlers::log::ticket;
     /// TERM, then KILL, to the whole job.
     CancelJob = "POST" "/v1/jobs/{id}/cancel", Full, [], handlers::jobs::cancel;
     /// Append the raw body to an interactive job's stdin (`close=true`: then close it).
@@ -123,8 +125,10 @@ routes! {
     /// Remove a file or folder.
     DeleteFile = "DELETE" "/v1/files", Full, ["path", "recursive"], handlers::files::delete;
     /// Job events after a cursor; long-polls, or streams them as Server-Sent Events.
-    Events = "GET" "/v1/events", Full, ["after", "waitSeconds", "limit", "jobId"],
+    Events = "GET" "/v1/events", Full, ["after", "waitSeconds", "limit", "jobId", "ticket"],
         handlers::events::get;
+    /// A single-use ticket that opens one event stream without the bearer header.
+    EventsTicket = "POST" "/v1/events/tickets", Full, [], handlers::events::ticket;
     /// Counters and gauges in the Prometheus text format.
     Metrics = "GET" "/v1/metrics", Full, [], handlers::metrics::get;
 }
@@ -268,6 +272,7 @@ mod tests {
                 ("GET", "/v1/jobs/{id}"),
                 ("GET", "/v1/jobs/{id}/output"),
                 ("GET", "/v1/jobs/{id}/log"),
+                ("POST", "/v1/jobs/{id}/log/tickets"),
                 ("GET", "/v1/env"),
                 ("POST", "/v1/env"),
                 ("GET", "/v1/sandbox"),
@@ -287,7 +292,7 @@ mod tests {
             Route::CancelJob => Some(&[]),
             Route::JobResize => Some(RESIZE_FIELDS),
             Route::JobStdin | Route::JobPty => None,
-            Route::PtyTicket => Some(&[]),
+            Route::PtyTicket | Route::LogTicket | Route::EventsTicket => Some(&[]),
             Route::MakeDir => Some(MKDIR_FIELDS),
             Route::MoveFile => Some(MOVE_FIELDS),
             Route::FileStat
@@ -308,6 +313,19 @@ mod tests {
         }
     }
 
+    /// The request headers a route's handler reads beyond those of HTTP and auth (so that
+    /// generated clients can send them, each is a documented header parameter).
+    fn headers(route: Route) -> &'static [&'static str] {
+        match route {
+            Route::StartJob | Route::StartPreview => &["Idempotency-Key"],
+            Route::JobLog => &["Range", "If-Range"],
+            Route::Events => &["Accept", "Last-Event-ID"],
+            Route::ReadFile => &["Range", "If-None-Match"],
+            Route::WriteFile => &["If-Match"],
+            _ => &[],
+        }
+    }
+
     #[test]
     fn query_parameters_and_body_fields_are_the_documented_ones() {
         let text =
@@ -325,6 +343,14 @@ mod tests {
                 .filter_map(|p| p["name"].as_str())
                 .collect();
             assert_eq!(documented, route.query(), "{route:?}");
+            let documented: Vec<&str> = op["parameters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|p| p["in"] == "header")
+                .filter_map(|p| p["name"].as_str())
+                .collect();
+            assert_eq!(documented, headers(route), "{route:?}: header parameters");
             let schema = op
                 .pointer("/requestBody/content/application~1json/schema/$ref")
                 .and_then(|r| r.as_str())

@@ -29,13 +29,59 @@ pub struct Args {
 pub fn run(a: Args) -> Result<i32> {
     let store = super::open_store()?;
     let id = Store::parse_id(&a.id)?;
-    session(&store, &id, !a.read_only)
+    let rec = crate::job::settle::load(&store, &id).map_err(|e| match e {
+        Error::NotFound(m) => Error::NotFound(format!(
+            "{m} in {}: `gitterm-agent status` lists the jobs there",
+            store.root().display()
+        )),
+        e => e,
+    })?;
+    if rec.status.is_final() {
+        return Err(has_ended(&rec));
+    }
+    // Answered at once: only `exec --tty` (whose job may end before it attaches) waits
+    // for a final record.
+    let viewer = Viewer::attach(&store, &id, !a.read_only).map_err(|e| {
+        match crate::job::settle::load(&store, &id) {
+            Ok(rec) if rec.status.is_final() => has_ended(&rec),
+            Ok(_) if is_not_a_terminal(&store, &id, &e) => Error::Conflict(format!(
+                "job {id} is not a terminal job (it has no pty to attach to); start one with \
+                 `gitterm-agent exec --tty -- COMMAND`, or follow this one's output with \
+                 `gitterm-agent logs --follow {id}`"
+            )),
+            _ => e,
+        }
+    })?;
+    attached(&store, &id, viewer, !a.read_only)
+}
+
+/// The refusal to attach to a job that has ended, with where its output is.
+fn has_ended(rec: &crate::model::JobRecord) -> Error {
+    let how = match (rec.exit_code, rec.signal.as_deref()) {
+        (Some(c), _) => format!(", exit code {c}"),
+        (None, Some(s)) => format!(", {s}"),
+        _ => String::new(),
+    };
+    Error::Conflict(format!(
+        "job {id} has ended ({}{how}); print its output with `gitterm-agent logs {id}`",
+        rec.status.as_str(),
+        id = rec.id
+    ))
+}
+
+/// Whether attaching failed because the running job has no terminal: it has no control
+/// socket (not interactive), or its supervisor said so (interactive on a pipe).
+fn is_not_a_terminal(store: &Store, id: &JobId, e: &Error) -> bool {
+    let socket = crate::job::control::socket_path(store, id);
+    let interactive = store.job_dir(id).join(crate::job::control::MARK).exists();
+    !interactive || (socket.exists() && matches!(e, Error::Conflict(m) if m.contains("terminal")))
 }
 
 /// Attaches this process's stdin and stdout to the job's terminal until the job ends
-/// (its exit status, as `exec` gives it) or the user detaches (0).
+/// (its exit status, as `exec` gives it) or the user detaches (0). For `exec --tty`: a job
+/// that ended before the viewer got there has its stored output printed instead.
 pub fn session(store: &Store, id: &JobId, write: bool) -> Result<i32> {
-    let mut viewer = match Viewer::attach(store, id, write) {
+    let viewer = match Viewer::attach(store, id, write) {
         Ok(v) => v,
         Err(e) => {
             // Ended before we could attach (a short `exec --tty`): its stored output, and
@@ -60,6 +106,11 @@ pub fn session(store: &Store, id: &JobId, write: bool) -> Result<i32> {
             return Ok(super::exec::exit_status(&rec));
         }
     };
+    attached(store, id, viewer, write)
+}
+
+/// The session itself, on an attached viewer.
+fn attached(store: &Store, id: &JobId, mut viewer: Viewer, write: bool) -> Result<i32> {
     let stdin = std::io::stdin();
     let stdout = std::io::stdout();
     let winch = Arc::new(AtomicBool::new(true));
@@ -73,7 +124,26 @@ pub fn session(store: &Store, id: &JobId, write: bool) -> Result<i32> {
     let mut keys_open = true;
     let mut held = false;
     let mut buf = [0u8; 16 * 1024];
+    // The recent output came with the handshake's answer: drawn now, not when the job
+    // next prints (a quiet job would show a blank screen until then).
+    let mut frames = viewer.parse();
     loop {
+        if !frames.is_empty() {
+            let mut out = stdout.lock();
+            for f in frames.drain(..) {
+                match f {
+                    Frame::Out(b) => {
+                        let _ = out.write_all(&b);
+                    }
+                    Frame::Exit(_) => {
+                        let _ = out.flush();
+                        drop(raw);
+                        return ended(store, id);
+                    }
+                }
+            }
+            let _ = out.flush();
+        }
         if stop.load(Ordering::SeqCst) {
             return Ok(129);
         }
@@ -93,24 +163,10 @@ pub fn session(store: &Store, id: &JobId, write: bool) -> Result<i32> {
             (fds.get(1).is_some_and(r), r(&fds[0]))
         };
         if output {
-            let frames = match viewer.frames() {
-                Ok(Some(f)) => f,
+            match viewer.frames() {
+                Ok(Some(f)) => frames = f,
                 Ok(None) | Err(_) => return ended(store, id),
-            };
-            let mut out = stdout.lock();
-            for f in frames {
-                match f {
-                    Frame::Out(b) => {
-                        let _ = out.write_all(&b);
-                    }
-                    Frame::Exit(_) => {
-                        let _ = out.flush();
-                        drop(raw);
-                        return ended(store, id);
-                    }
-                }
             }
-            let _ = out.flush();
         }
         if keys {
             let n = match stdin.lock().read(&mut buf) {

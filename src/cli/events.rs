@@ -39,7 +39,16 @@ pub fn run(a: Args) -> Result<i32> {
                     (None, Some(s)) => format!(" signal {s}"),
                     _ => String::new(),
                 };
-                format!("{} {:<11} {} {}{how}", ev.at, ev.kind, ev.job_id, ev.status)
+                // The journal is a file in the state root: a root job can write it.
+                let f = |s: &str| super::print::shown(s).into_owned();
+                format!(
+                    "{} {:<11} {} {}{}",
+                    f(&ev.at),
+                    f(&ev.kind),
+                    f(&ev.job_id),
+                    f(&ev.status),
+                    f(&how)
+                )
             };
             if writeln!(out, "{line}").is_err() {
                 return Ok(0);

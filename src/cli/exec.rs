@@ -36,7 +36,8 @@ pub fn after_help() -> String {
 /// Flags of `exec`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Seconds before the job is ended as timed out (capped by --max-job-seconds)
+    /// Seconds before the job is ended as timed out (at most --max-job-seconds, which is
+    /// also the default)
     #[arg(long, value_name = "S", allow_hyphen_values = true)]
     timeout: Option<Seconds>,
     /// End the job as timed out after this many seconds without output
@@ -62,6 +63,10 @@ pub struct Args {
     /// then d detaches and leaves it running)
     #[arg(long, conflicts_with_all = ["json", "wait"])]
     tty: bool,
+    /// Do not pass this stdin to the job (it gets /dev/null), as `ssh -n`: for a job in a
+    /// `while read` loop, or one started to run on in the background
+    #[arg(short = 'n', long)]
+    no_stdin: bool,
     #[command(flatten)]
     limits: LimitArgs,
     /// The command; words are joined with single spaces (as ssh does)
@@ -97,15 +102,37 @@ pub fn run(a: Args) -> Result<i32> {
         let (cols, rows) = crate::os::term::size(std::io::stdout()).unwrap_or((80, 24));
         req.pty = Some(spec::PtySize { cols, rows });
         let rec = crate::job::launch::start(&store, &cfg, req)?;
+        note_clamped(&rec);
         return super::attach::session(&store, &rec.id, true);
     }
-    exec(&store, &cfg, req, wait, a.json)
+    let stdin = if a.no_stdin { None } else { passed_stdin() };
+    exec(&store, &cfg, req, stdin, wait, a.json)
+}
+
+/// This process's stdin, when the job should have it: a pipe, a file or a socket becomes
+/// the job's stdin itself (as `ssh` passes its stdin on). Not a terminal: without `--tty`
+/// its keys stay this user's, and the job reads /dev/null, as it always did; not
+/// /dev/null or a closed stdin, which leave nothing to pass (one `fstat`: the start of a
+/// job without input stays as fast).
+fn passed_stdin() -> Option<std::fs::File> {
+    use nix::sys::stat::{SFlag, fstat};
+    use std::os::fd::AsFd;
+    let fd = std::io::stdin();
+    let fd = fd.as_fd();
+    let st = fstat(fd).ok()?;
+    if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFCHR
+        && (st.st_rdev == libc::makedev(1, 3) || nix::unistd::isatty(fd).unwrap_or(false))
+    {
+        return None;
+    }
+    fd.try_clone_to_owned().ok().map(std::fs::File::from)
 }
 
 fn exec(
     store: &Store,
     cfg: &Config,
     req: StartRequest,
+    stdin: Option<std::fs::File>,
     wait: Option<f64>,
     json: bool,
 ) -> Result<i32> {
@@ -119,7 +146,9 @@ fn exec(
     ] {
         let _ = signal_hook::flag::register(sig, Arc::clone(&interrupted));
     }
-    let (rec, events) = launch::start_watched(store, cfg, req)?;
+    let default_timeout = req.timeout_seconds.is_none();
+    let (rec, events) = launch::start_with_stdin(store, cfg, req, stdin)?;
+    note_clamped(&rec);
     let id = rec.id.clone();
     let mut waiter = match events {
         Some(e) => Waiter::Events(e),
@@ -157,16 +186,33 @@ fn exec(
         if detached {
             print_line(&rec.id);
         }
-        if let Some(note) = notice(&rec) {
+        if let Some(note) = notice(&rec, default_timeout) {
             diagnostic(note);
         }
     }
     Ok(exit_status(&rec))
 }
 
+/// Says on stderr that the job's timeout is shorter than asked, and how to raise it.
+fn note_clamped(rec: &JobRecord) {
+    if rec.timeout_clamped {
+        diagnostic(clamped_note(rec));
+    }
+}
+
+/// The note of [`note_clamped`].
+fn clamped_note(rec: &JobRecord) -> String {
+    format!(
+        "note: --timeout is over the cap, so job {} times out after {} s; \
+         raise the cap with --max-job-seconds S",
+        rec.id, rec.timeout_seconds
+    )
+}
+
 /// What `exec` says on stderr about how a job ended (or that it goes on), if anything:
-/// the reason when the exit status alone does not tell it.
-fn notice(rec: &JobRecord) -> Option<String> {
+/// the reason when the exit status alone does not tell it. A job given no timeout that
+/// ran into the cap is told where that limit came from (`default_timeout`).
+fn notice(rec: &JobRecord, default_timeout: bool) -> Option<String> {
     let id = &rec.id;
     if rec.status == Status::Running {
         return Some(format!(
@@ -177,10 +223,18 @@ fn notice(rec: &JobRecord) -> Option<String> {
         .reason
         .as_deref()
         .filter(|_| rec.status != Status::Succeeded)?;
+    let cap = if default_timeout
+        && rec.status == Status::TimedOut
+        && reason.starts_with("timed out after")
+    {
+        " (no --timeout was given: that is the cap, which --max-job-seconds S raises)"
+    } else {
+        ""
+    };
     (matches!(rec.status, Status::TimedOut | Status::Lost)
         || rec.output_truncated
         || rec.exit_code.is_none())
-    .then(|| format!("job {id} {}: {reason}", rec.status.as_str()))
+    .then(|| format!("job {id} {}: {reason}{cap}", rec.status.as_str()))
 }
 
 /// The CLI exit status for a job: its own code, 128+signal, 124 timed out, 125 lost.
@@ -249,25 +303,38 @@ mod tests {
     fn notice_names_the_job_and_why_when_the_status_does_not() {
         use serde_json::json;
         let id = "job_0123456789abcdef0123";
-        let running = notice(&rec("running", json!({}))).unwrap();
+        let running = notice(&rec("running", json!({})), false).unwrap();
         assert!(
             running.contains(&format!("logs --follow {id}")),
             "{running}"
         );
         let timed_out = rec("timed_out", json!({"reason": "ran past 60 s"}));
         assert_eq!(
-            notice(&timed_out).unwrap(),
+            notice(&timed_out, false).unwrap(),
             format!("job {id} timed_out: ran past 60 s")
         );
+        // Without --timeout, the cap is named as the limit that ended it.
+        let capped = rec("timed_out", json!({"reason": "timed out after 3600 s"}));
+        let note = notice(&capped, true).unwrap();
+        assert!(
+            note.ends_with("that is the cap, which --max-job-seconds S raises)"),
+            "{note}"
+        );
+        assert!(!notice(&capped, false).unwrap().contains("cap"));
+        let idle = rec(
+            "timed_out",
+            json!({"reason": "no output for 5 s (idle timeout)"}),
+        );
+        assert!(!notice(&idle, true).unwrap().contains("cap"));
         // A plain failure says it all with its exit code; a success needs no word.
         let failed = rec("failed", json!({"exitCode": 1, "reason": "x"}));
-        assert_eq!(notice(&failed), None);
+        assert_eq!(notice(&failed, true), None);
         let ok = rec("succeeded", json!({"exitCode": 0, "reason": "x"}));
-        assert_eq!(notice(&ok), None);
+        assert_eq!(notice(&ok, true), None);
         let cut = rec(
             "failed",
             json!({"exitCode": 1, "reason": "output cap", "outputTruncated": true}),
         );
-        assert!(notice(&cut).unwrap().ends_with("failed: output cap"));
+        assert!(notice(&cut, true).unwrap().ends_with("failed: output cap"));
     }
 }

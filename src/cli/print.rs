@@ -1,5 +1,6 @@
 //! What several commands print: JSON, short durations, the job table.
 
+use std::borrow::Cow;
 use std::io::Write;
 use std::time::{Duration, SystemTime};
 
@@ -9,6 +10,40 @@ use crate::state::store::Listed;
 /// (its job must not die with the reader), and println! would panic.
 pub fn print_line(line: impl std::fmt::Display) {
     let _ = writeln!(std::io::stdout(), "{line}");
+}
+
+/// True for a character that must not reach a terminal as it is: a control character
+/// (C0, DEL, C1: cursor moves, colours, titles, a terminal's answerback) or one that
+/// reorders or hides text (bidirectional overrides and isolates, zero-width marks).
+fn hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{202a}'..='\u{202e}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{feff}'
+        )
+}
+
+/// A field from a record (which a job can make: its command, its cwd, or the record
+/// itself when it runs as root) as it may be printed for a person: every [`hidden`]
+/// character escaped (`\n`, `\t`, `\u{1b}`), everything else as it is.
+pub fn shown(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(hidden) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if hidden(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
 }
 
 pub fn print_json(v: &serde_json::Value) {
@@ -68,7 +103,7 @@ pub fn print_table(list: &[Listed]) {
                 let cmd: String = r
                     .command
                     .chars()
-                    .map(|c| if c.is_control() { ' ' } else { c })
+                    .map(|c| if hidden(c) { ' ' } else { c })
                     .take(60)
                     .collect();
                 println!(
@@ -77,23 +112,50 @@ pub fn print_table(list: &[Listed]) {
                     r.status.as_str(),
                     age,
                     dur,
-                    exit
+                    shown(&exit)
                 );
             }
-            Listed::Corrupt { id, error } => println!("{id:<24}  {:<9}  {error}", "corrupt"),
+            Listed::Corrupt { id, error } => {
+                println!("{:<24}  {:<9}  {}", shown(id), "corrupt", shown(error))
+            }
         }
     }
 }
 
 /// Prints a message for the user on stderr, in the one style of every error and notice
 /// of the command line: `gitterm-agent: <message>`.
+/// A message may quote what a job made (a record's reason, a cwd): it is [`shown`].
 pub fn diagnostic(msg: impl std::fmt::Display) {
-    eprintln!("gitterm-agent: {msg}");
+    eprintln!("gitterm-agent: {}", shown(&msg.to_string()));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shown_escapes_what_would_drive_a_terminal_and_keeps_the_rest() {
+        assert!(matches!(shown("ls -l /tmp/é ✓"), Cow::Borrowed(_)));
+        assert_eq!(shown("a\u{1b}]0;pwned\u{7}b"), "a\\u{1b}]0;pwned\\u{7}b");
+        assert_eq!(shown("x\ny\tz\r"), "x\\ny\\tz\\r");
+        assert_eq!(shown("\u{9b}31m"), "\\u{9b}31m");
+        assert_eq!(shown("\u{7f}"), "\\u{7f}");
+        assert_eq!(shown("abc\u{202e}fed"), "abc\\u{202e}fed");
+        assert_eq!(shown("a\u{200b}b\u{feff}"), "a\\u{200b}b\\u{feff}");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn shown_never_lets_a_hidden_character_through(s in proptest::prelude::any::<String>()) {
+            let out = shown(&s);
+            proptest::prop_assert!(!out.chars().any(hidden), "{:?}", out);
+            // Nothing else changes: every visible character is there, in order.
+            let kept: String = s.chars().filter(|&c| !hidden(c) && c != '\\').collect();
+            let back: String = out.chars().filter(|&c| c != '\\').collect();
+            let mut it = back.chars();
+            proptest::prop_assert!(kept.chars().all(|c| it.any(|d| d == c)));
+        }
+    }
 
     #[test]
     fn human_durations_round_down_to_one_unit() {

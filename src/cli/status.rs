@@ -1,6 +1,6 @@
 //! `status`: the job table, or one job's record and output tail.
 
-use super::print::{listed_json, print_json, print_table};
+use super::print::{listed_json, print_json, print_table, shown};
 use crate::model::error::Result;
 use crate::model::{JobId, JobRecord, Status};
 use crate::state::layout::TAIL_BYTES;
@@ -43,22 +43,23 @@ pub fn run(a: Args) -> Result<i32> {
 }
 
 fn print_record(store: &Store, rec: &JobRecord) {
-    let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    // Every field is [`shown`]: the command and cwd are the caller's, and a job that runs
+    // as root can write its record whole.
+    let opt = |v: &Option<String>| shown(v.as_deref().unwrap_or("-")).into_owned();
     println!("id:        {}", rec.id);
     println!("status:    {}", rec.status.as_str());
     if let Some(r) = &rec.reason {
-        println!("reason:    {r}");
+        println!("reason:    {}", shown(r));
     }
-    println!("command:   {}", rec.command);
-    println!("cwd:       {}", rec.cwd);
-    println!(
-        "exit:      {}",
-        rec.exit_code
-            .map(|c| c.to_string())
-            .or(rec.signal.clone())
-            .unwrap_or_else(|| "-".into())
-    );
-    println!("created:   {}", rec.created_at);
+    println!("command:   {}", shown(&rec.command));
+    println!("cwd:       {}", shown(&rec.cwd));
+    let exit = rec
+        .exit_code
+        .map(|c| c.to_string())
+        .or(rec.signal.clone())
+        .unwrap_or_else(|| "-".into());
+    println!("exit:      {}", shown(&exit));
+    println!("created:   {}", shown(&rec.created_at));
     println!("started:   {}", opt(&rec.started_at));
     println!("ended:     {}", opt(&rec.ended_at));
     println!("timeout:   {} s", rec.timeout_seconds);

@@ -71,29 +71,49 @@ impl Control {
         }
     }
 
-    /// Appends `data` to the job's stdin, then closes it if `close`.
+    /// Appends `data` to the job's stdin, then closes it if `close`. Each chunk waits up to
+    /// [`BUSY_WAIT`] for the job to make room; an error leaves the chunks before it
+    /// delivered (see [`Control::stdin_chunk`] to know how many).
     pub fn stdin(&mut self, data: &[u8], close: bool) -> Result<()> {
         for chunk in data.chunks(MAX_CHUNK) {
-            let deadline = Instant::now() + BUSY_WAIT;
-            loop {
-                let mut req = format!("stdin {}\n", chunk.len()).into_bytes();
-                req.extend_from_slice(chunk);
-                match self.call(&req) {
-                    Err(Error::RateLimited(m)) if Instant::now() < deadline => {
-                        let _ = m;
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
-                    other => {
-                        other?;
-                        break;
-                    }
-                }
-            }
+            self.stdin_chunk(chunk, Instant::now() + BUSY_WAIT)?;
         }
         if close {
-            self.call(b"close\n")?;
+            self.close()?;
         }
         Ok(())
+    }
+
+    /// Appends one chunk of at most [`MAX_CHUNK`] bytes to the job's stdin, whole or not
+    /// at all: while the supervisor holds as much unread input as it keeps, waits for the
+    /// job to read some, until `deadline` (then `rate_limited`, nothing of it taken).
+    pub fn stdin_chunk(&mut self, chunk: &[u8], deadline: Instant) -> Result<()> {
+        if chunk.len() > MAX_CHUNK {
+            return Err(Error::Internal(format!(
+                "a stdin chunk of {} bytes is over {MAX_CHUNK}",
+                chunk.len()
+            )));
+        }
+        let mut req = Vec::with_capacity(chunk.len() + 16);
+        req.extend_from_slice(format!("stdin {}\n", chunk.len()).as_bytes());
+        req.extend_from_slice(chunk);
+        // The supervisor makes room as fast as the job reads: look often at first, then
+        // every 10 ms.
+        let mut nap = Duration::from_millis(1);
+        loop {
+            match self.call(&req) {
+                Err(Error::RateLimited(_)) if Instant::now() < deadline => {
+                    std::thread::sleep(nap.min(deadline.saturating_duration_since(Instant::now())));
+                    nap = (nap * 2).min(Duration::from_millis(10));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Closes the job's stdin once what it was sent is written (on a terminal: sends ^D).
+    pub fn close(&mut self) -> Result<()> {
+        self.call(b"close\n")
     }
 
     /// Resizes the job's terminal.

@@ -28,6 +28,8 @@ use crate::text::redact::Redactor;
 struct Resolved {
     cwd: String,
     timeout: f64,
+    /// The request asked for more than the cap.
+    clamped: bool,
     idle: Option<f64>,
     user: Option<JobUser>,
 }
@@ -143,10 +145,14 @@ fn validate(req: &StartRequest, cfg: &Config) -> Result<Resolved> {
     // The folder is stored as resolved: a symbolic link may have led into a name that
     // spells a secret (or the default, a home folder, may).
     refuse_secret(&secrets, req, "cwd", cwd.to_str())?;
-    let timeout = match req.timeout_seconds {
-        Some(t) => check_seconds("timeoutSeconds", t)?.min(cfg.max_job_seconds),
-        None => cfg.max_job_seconds,
-    };
+    let asked = req
+        .timeout_seconds
+        .map(|t| check_seconds("timeoutSeconds", t))
+        .transpose()?;
+    let timeout = asked
+        .unwrap_or(cfg.max_job_seconds)
+        .min(cfg.max_job_seconds);
+    let clamped = asked.is_some_and(|t| t > cfg.max_job_seconds);
     let idle = req
         .idle_timeout_seconds
         .map(|t| check_seconds("idleTimeoutSeconds", t))
@@ -154,6 +160,7 @@ fn validate(req: &StartRequest, cfg: &Config) -> Result<Resolved> {
     Ok(Resolved {
         cwd: cwd.to_string_lossy().into_owned(),
         timeout,
+        clamped,
         idle,
         user,
     })
@@ -242,7 +249,23 @@ pub fn start_watched(
     cfg: &Config,
     req: StartRequest,
 ) -> Result<(JobRecord, Option<JobEvents>)> {
+    start_with_stdin(store, cfg, req, None)
+}
+
+/// [`start_watched`] with `stdin` (an open file, pipe or socket: the CLI's own) as the
+/// job's stdin itself, streamed by the kernel and never read here.
+pub fn start_with_stdin(
+    store: &Store,
+    cfg: &Config,
+    req: StartRequest,
+    stdin: Option<fs::File>,
+) -> Result<(JobRecord, Option<JobEvents>)> {
     let resolved = validate(&req, cfg)?;
+    if stdin.is_some() && (req.stdin.is_some() || req.interactive || req.pty.is_some()) {
+        return Err(Error::Invalid(
+            "a job has one stdin: an open file, its stdin bytes, or an interactive one".into(),
+        ));
+    }
     // Held until the job is recorded under its key, so two retries racing each other
     // still start one job.
     let fingerprint = req.fingerprint();
@@ -280,7 +303,7 @@ pub fn start_watched(
     let persisted_env = EnvStore::open(store.root())
         .persisted()?
         .for_job(scoped_user);
-    let result = create_and_spawn(store, cfg, &persisted_env, &req, &id, resolved);
+    let result = create_and_spawn(store, cfg, &persisted_env, &req, &id, resolved, stdin);
     match result {
         Ok((rec, events)) => {
             if let Some((key, lock)) = &key_lock {
@@ -317,10 +340,12 @@ fn create_and_spawn(
     req: &StartRequest,
     id: &JobId,
     resolved: Resolved,
+    given_stdin: Option<fs::File>,
 ) -> Result<(JobRecord, JobEvents)> {
     let Resolved {
         cwd,
         timeout,
+        clamped,
         idle,
         user,
     } = resolved;
@@ -370,6 +395,7 @@ fn create_and_spawn(
         ended_at: None,
         timeout_seconds: timeout,
         idle_timeout_seconds: idle,
+        timeout_clamped: clamped,
         pid: None,
         pgid: None,
         output_bytes: 0,
@@ -398,7 +424,7 @@ fn create_and_spawn(
         idle_timeout_seconds: idle,
         grace_seconds: cfg.grace_seconds,
         max_output_bytes: cfg.max_output_bytes,
-        has_stdin: req.stdin.is_some(),
+        has_stdin: req.stdin.is_some() || given_stdin.is_some(),
         user,
         interactive: req.interactive || req.pty.is_some(),
         pty: req.pty,
@@ -407,12 +433,15 @@ fn create_and_spawn(
 
     // Stdin (a .netrc, say) never touches the disk: it reaches the supervisor as a memory
     // file on its own stdin, which it hands to the shell.
-    let stdin = req
-        .stdin
-        .as_deref()
-        .map(crate::os::spawn::memory_file)
-        .transpose()
-        .map_err(io("stdin"))?;
+    let stdin = match given_stdin {
+        Some(f) => Some(f),
+        None => req
+            .stdin
+            .as_deref()
+            .map(crate::os::spawn::memory_file)
+            .transpose()
+            .map_err(io("stdin"))?,
+    };
     let spec = crate::os::spawn::memory_file(&serde_json::to_vec(&spec).unwrap_or_default())
         .map_err(io("spec"))?;
     let events = spawn_supervisor(store, id, &lock, &spec, stdin)?;
@@ -450,8 +479,10 @@ fn spawn_supervisor(
     use std::os::fd::AsFd;
     let failed = |e| Error::io("starting the job's supervisor", e);
     let stdin_fd = stdin.as_ref().map(|f| f.as_fd());
-    // A fork server that is gone (killed) leaves the exec path.
-    let served = FORK_SERVER.get().and_then(|s| {
+    // A fork server that is gone (killed) or was given up (stopped) leaves the exec path.
+    // One that was sent the start and never answered may have forked its supervisor
+    // anyway: the start fails rather than risk a second one.
+    let served = match FORK_SERVER.get().map(|s| {
         s.launch(
             store.root(),
             id.as_str(),
@@ -459,8 +490,11 @@ fn spawn_supervisor(
             spec.as_fd(),
             stdin_fd,
         )
-        .ok()
-    });
+    }) {
+        Some(Ok(r)) => Some(r),
+        Some(Err(e)) if e.kind() == std::io::ErrorKind::TimedOut => return Err(failed(e)),
+        _ => None,
+    };
     let (mut out, first): (fs::File, Option<i32>) = if let Some(r) = served {
         (r, None)
     } else if crate::os::proc::threads(std::process::id() as i32) == 1 {

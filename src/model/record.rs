@@ -93,6 +93,10 @@ pub struct JobRecord {
     pub timeout_seconds: f64,
     #[serde(default)]
     pub idle_timeout_seconds: Option<f64>,
+    /// True when the request asked for a longer timeout than the agent's cap
+    /// (`--max-job-seconds`), so `timeout_seconds` is the cap; absent otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub timeout_clamped: bool,
     pub pid: Option<i32>,
     pub pgid: Option<i32>,
     /// Bytes in output.log; final once the job has ended, a live figure from the file before.

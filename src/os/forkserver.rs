@@ -81,13 +81,27 @@ pub fn fork_entry(
 /// on request.
 pub struct ForkServer {
     line: Mutex<Line>,
+    /// The server process: its pid and start time (which pin it against pid reuse).
+    pid: i32,
+    start: u64,
 }
 
 /// The caller's side: the socket to the server, and the spare it offered, once received.
 struct Line {
     sock: OwnedFd,
     spare: Option<Spare>,
+    /// The server was given up (found stopped, or it did not answer): later starts are
+    /// refused at once, and take the caller's other way.
+    retired: bool,
 }
+
+/// How long a start waits for the server's answer to a request it was sent, continuing
+/// the server meanwhile if something stops it. A running server answers in about a
+/// millisecond; past this bound it is given up.
+pub const ANSWER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How often a waiting start looks whether the server was stopped.
+const NUDGE_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// The reply that carries the pipe (an error is its message instead).
 const OK: &[u8] = b"k";
@@ -134,13 +148,18 @@ impl ForkServer {
                 // SAFETY: ends the server process without running the parent's atexit.
                 unsafe { libc::_exit(0) }
             }
-            _ => {
+            pid => {
                 drop(theirs);
+                // Our own child, not reaped while we live: its pid is its own.
+                let start = super::proc::stat(pid).map_or(0, |s| s.start);
                 Ok(ForkServer {
                     line: Mutex::new(Line {
                         sock: ours,
                         spare: None,
+                        retired: false,
                     }),
+                    pid,
+                    start,
                 })
             }
         }
@@ -167,22 +186,58 @@ impl ForkServer {
         let mut fds = vec![lock.as_raw_fd(), spec.as_raw_fd()];
         fds.extend(stdin.map(|s| s.as_raw_fd()));
         let mut line = self.line.lock().unwrap_or_else(|p| p.into_inner());
-        if line.spare.is_none() {
+        if line.spare.is_none() && !line.retired {
             line.spare = take_offer(line.sock.as_fd());
         }
         if let Some(spare) = line.spare.take() {
             let handed = send(spare.sock.as_fd(), &req, &fds);
             // Taken or found dead, the server makes the next one. A spare outlives a
             // server that was killed: the start it took stands either way.
-            let told = send(line.sock.as_fd(), TAKEN, &[]);
+            let told = if line.retired {
+                Ok(())
+            } else {
+                send(line.sock.as_fd(), TAKEN, &[])
+            };
             if handed.is_ok() {
                 return Ok(spare.out);
             }
             told?;
         }
+        if line.retired {
+            return Err(io::Error::other("the fork server was given up"));
+        }
+        // A server that something stopped (a job running as the agent's user can) would
+        // hold this start, and every later one, until it is continued: it is given up
+        // before it is sent anything, so the caller's other way is safe to take.
+        if self.stopped() {
+            self.retire(&mut line);
+            return Err(io::Error::other(
+                "the fork server was stopped: it is given up, and supervisors are exec'd",
+            ));
+        }
         // No spare at hand (a burst took it, or forking one failed): a fork now.
         send(line.sock.as_fd(), &req, &fds)?;
+        let deadline = std::time::Instant::now() + ANSWER_WAIT;
         loop {
+            // Bounded, continuing a server stopped after the look above: sent the request,
+            // it may fork the job's supervisor at any time, so the caller must not start
+            // another one; a server that never answers is killed.
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                self.retire(&mut line);
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the fork server did not answer within {} s (stopped or starved); \
+                         it is given up",
+                        ANSWER_WAIT.as_secs()
+                    ),
+                ));
+            }
+            if !super::poll::readable(&line.sock, left.min(NUDGE_EVERY))? {
+                super::proc::continue_if_stopped(self.pid, self.start);
+                continue;
+            }
             let (data, got) = receive(line.sock.as_fd(), 2, MsgFlags::empty())?;
             if data == OFFER {
                 // The next spare, made meanwhile: kept for the next start.
@@ -197,6 +252,21 @@ impl ForkServer {
                 )),
             };
         }
+    }
+
+    /// True if the server is stopped (by a signal or a tracer), or gone.
+    fn stopped(&self) -> bool {
+        match super::proc::stat(self.pid) {
+            Some(s) if s.start == self.start => matches!(s.state, 'T' | 't' | 'Z' | 'X'),
+            _ => true,
+        }
+    }
+
+    /// Gives the server up: kills it (a stopped process dies of SIGKILL too), so that a
+    /// request it holds is never acted on later, and refuses later starts at once.
+    fn retire(&self, line: &mut Line) {
+        line.retired = true;
+        super::pidfd::signal_verified(self.pid, self.start, nix::sys::signal::Signal::SIGKILL);
     }
 }
 

@@ -10,6 +10,11 @@ pub const MAX_PAGE: usize = 64 * 1024;
 /// File names inside a job folder.
 pub const RECORD: &str = "job.json";
 pub const OUTPUT: &str = "output.log";
+/// The line a running job is writing and has not ended yet, as answers show it
+/// (`pending`); absent when there is none, and once the job ended.
+pub const PENDING: &str = "pending";
+/// Where the pending line is written before it is renamed into place.
+pub const PENDING_TMP: &str = "pending.tmp";
 /// The lock file of jobs started by older versions; a job's lock is now its folder
 /// itself (one file fewer per start), but a supervisor of an older version may still hold
 /// this one, so a reader takes it where it exists.

@@ -223,10 +223,25 @@ impl Store {
     /// The job's record plus its output tail, in the one JSON shape of the contract.
     pub fn view(&self, rec: &JobRecord) -> serde_json::Value {
         let mut rec = rec.clone();
+        let mut pending = String::new();
         if rec.status == Status::Running {
             rec.output_bytes = self.output_size(&rec.id);
+            pending = self.pending(&rec.id);
         }
-        rec.view(self.tail(&rec.id))
+        let mut v = rec.view(self.tail(&rec.id));
+        if let Some(o) = v.as_object_mut() {
+            o.insert("pending".into(), pending.into());
+        }
+        v
+    }
+
+    /// The line a running job is writing and has not ended (sanitized and redacted by its
+    /// supervisor), `""` when there is none.
+    pub fn pending(&self, id: &JobId) -> String {
+        match fs::read(self.job_dir(id).join(crate::state::layout::PENDING)) {
+            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+            Err(_) => String::new(),
+        }
     }
 
     /// Reads a page of output: at most `limit` bytes from `offset`, cut on a character

@@ -5,3 +5,4 @@ pub mod redact;
 pub mod sanitize;
 pub mod timefmt;
 pub mod utf8;
+pub mod wire;

@@ -1,23 +1,49 @@
 //! The output pipeline: sanitize, then redact, before a byte is stored.
 
-use crate::text::redact::Redactor;
+use crate::text::redact::{Redactor, Spotter};
 use crate::text::sanitize::Sanitizer;
 
 /// Sanitizer followed by redactor, streaming.
 pub struct Pipeline {
     sanitizer: Sanitizer,
     redactor: Redactor,
+    /// The values masked, and what finds a tail of the pending line that may still become
+    /// one of them.
+    values: Vec<Vec<u8>>,
+    spotter: Option<Spotter>,
 }
 
 impl Pipeline {
     /// A pipeline that masks these secret values.
     pub fn new(secrets: &[&[u8]]) -> Self {
         let values = masked_forms(secrets);
-        let values: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+        let refs: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
         Pipeline {
             sanitizer: Sanitizer::new(),
-            redactor: Redactor::new(&values),
+            redactor: Redactor::new(&refs),
+            spotter: Spotter::new(&refs),
+            values,
         }
+    }
+
+    /// The line the job is writing and has not ended, as a terminal shows it now: sanitized
+    /// and redacted as stored output is, and without a tail that may still turn into a
+    /// secret (a proper prefix of one, in any spelling that is masked), which shows once
+    /// the bytes that decide it arrive.
+    pub fn pending(&self) -> Vec<u8> {
+        let line = self.sanitizer.pending();
+        if line.is_empty() {
+            return line;
+        }
+        let mut shown = self.redactor.redact_bytes(&line);
+        if let Some(cut) = self
+            .spotter
+            .as_ref()
+            .and_then(|s| s.prefix_start(&shown, 0))
+        {
+            shown.truncate(cut);
+        }
+        shown
     }
 
     /// Masks these values too from now on (another job's secrets, say), keeping the
@@ -25,8 +51,14 @@ impl Pipeline {
     /// well. Returns whether any was new.
     pub fn add_secrets(&mut self, secrets: &[&[u8]]) -> bool {
         let values = masked_forms(secrets);
-        let values: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
-        self.redactor.add_secrets(&values)
+        let refs: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+        let added = self.redactor.add_secrets(&refs);
+        if added {
+            self.values.extend(values);
+            let all: Vec<&[u8]> = self.values.iter().map(Vec::as_slice).collect();
+            self.spotter = Spotter::new(&all);
+        }
+        added
     }
 
     /// Processes one read's worth of raw output, appending storable bytes to `out`.
@@ -86,6 +118,26 @@ mod tests {
     fn one_byte_writes(secrets: &[&[u8]], input: &[u8]) -> Vec<u8> {
         let chunks: Vec<&[u8]> = input.chunks(1).collect();
         run(secrets, &chunks)
+    }
+
+    #[test]
+    fn the_pending_line_is_shown_as_a_terminal_shows_it_and_never_a_secret() {
+        let mut p = Pipeline::new(&[b"sk-live-4f9a2b7c"]);
+        let mut out = Vec::new();
+        p.feed(b"done\nContinue? [y/N] ", &mut out);
+        assert_eq!(p.pending(), b"Continue? [y/N] ");
+        p.feed(b"\r\x1b[32m50%\x1b[0m\r75%", &mut out);
+        assert_eq!(p.pending(), b"75%tinue? [y/N] ");
+        p.feed(b"\x1b[2K\rkey: sk-li", &mut out);
+        // A proper prefix of a secret waits for the bytes that decide it.
+        assert_eq!(p.pending(), b"key: ");
+        p.feed(b"ve-4f9a2b7c ok", &mut out);
+        assert_eq!(p.pending(), b"key: [redacted] ok");
+        p.feed(b"\n", &mut out);
+        assert_eq!(p.pending(), b"");
+        let mut p = Pipeline::new(&[]);
+        p.feed(b"$ ", &mut out);
+        assert_eq!(p.pending(), b"$ ");
     }
 
     #[test]

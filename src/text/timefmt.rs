@@ -17,6 +17,26 @@ pub fn rfc3339(t: SystemTime) -> String {
     )
 }
 
+/// Formats whole seconds since the epoch as HTTP's IMF-fixdate (RFC 9110 §5.6.7), e.g.
+/// `Sun, 06 Nov 1994 08:49:37 GMT`.
+pub fn imf_fixdate(secs: u64) -> String {
+    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let secs = secs as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{}, {d:02} {} {y:04} {:02}:{:02}:{:02} GMT",
+        DAYS[days.rem_euclid(7) as usize],
+        MONTHS[(m - 1) as usize],
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
 /// The current time as RFC 3339 UTC.
 pub fn now() -> String {
     rfc3339(SystemTime::now())
@@ -84,6 +104,14 @@ mod tests {
         assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
         let t = UNIX_EPOCH + Duration::from_millis(1_796_075_839_123);
         assert_eq!(rfc3339(t), "2026-11-30T21:57:19.123Z");
+    }
+
+    #[test]
+    fn formats_http_dates() {
+        // RFC 9110's own example, and the epoch (a Thursday).
+        assert_eq!(imf_fixdate(784_111_777), "Sun, 06 Nov 1994 08:49:37 GMT");
+        assert_eq!(imf_fixdate(0), "Thu, 01 Jan 1970 00:00:00 GMT");
+        assert_eq!(imf_fixdate(1_796_075_839), "Mon, 30 Nov 2026 21:57:19 GMT");
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! `GET /v1/events`: the journal of job events, as a long-poll (JSON) or, with
 //! `Accept: text/event-stream`, as Server-Sent Events. Each request reads the journal at
-//! its own offset, so a slow reader holds up nobody.
+//! its own offset, so a slow reader holds up nobody. `POST /v1/events/tickets` mints the
+//! ticket a browser's `EventSource` opens a stream with (it cannot send the bearer header);
+//! it resumes with `Last-Event-ID`, or, on a new ticket's URL, with `after`.
 
 use std::time::{Duration, Instant};
 
@@ -72,9 +74,21 @@ pub fn get(app: &App, call: &Call<'_>) -> Reply {
 
 /// True if the client asks for Server-Sent Events.
 pub fn wants_stream(call: &Call<'_>) -> bool {
-    call.head
-        .all("accept")
+    accepts_stream(call.head)
+}
+
+/// True if a request's `Accept` names Server-Sent Events.
+pub fn accepts_stream(head: &crate::api::http::Head) -> bool {
+    head.all("accept")
         .any(|a| a.to_ascii_lowercase().contains("text/event-stream"))
+}
+
+/// `POST /v1/events/tickets`: a single-use ticket (valid 60 s) that opens one event
+/// stream as `GET /v1/events?ticket=T`, for a browser's `EventSource`.
+pub fn ticket(app: &App, call: &Call<'_>) -> Reply {
+    request::no_body(call.body)?;
+    let (ticket, expires) = app.issue_ticket("/v1/events".into(), call.scoped)?;
+    Ok(json!({"ticket": ticket, "expiresAt": crate::text::timefmt::rfc3339(expires)}).into())
 }
 
 /// The stream: `retry:`, then each event as `id: CURSOR`, `event: TYPE`, `data: JSON`,

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::{Answer, Call, Failure, Reply};
 use crate::api::app::App;
-use crate::api::http::{Response, Streamed, fault_of};
+use crate::api::http::{BodyOut, Response, Source, Streamed, fault_of};
 use crate::api::request::{self, DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, query_bool};
 use crate::model::error::{Error, Result};
 use crate::os::files::{self as fs, Guard, Place, WriteError, WriteOpts};
@@ -61,17 +61,14 @@ fn who(app: &App) -> Result<Who> {
 /// Runs `f` as the job user with the state root's guard.
 fn run<R: Send>(app: &App, f: impl FnOnce(&Guard, &str) -> Result<R> + Send) -> Result<R> {
     let w = who(app)?;
-    let guard =
-        Guard::new(app.store.root()).map_err(|e| Error::io("looking at the state root", e))?;
     let creds = w.creds.as_ref().map(|(u, g, gs)| (*u, *g, gs.as_slice()));
     let home = w.home.as_str();
-    let mut out = None;
-    fs::as_user(creds, || {
-        out = Some(f(&guard, home));
-        Ok(())
-    })
-    .map_err(|e| Error::io("taking the job user's file-system credentials", e))?;
-    out.unwrap_or_else(|| Err(Error::Internal("the file operation did not run".into())))
+    fs::as_user(creds, app.store.root(), |guard| f(guard, home)).map_err(|e| {
+        Error::io(
+            "looking at the state root and taking the job user's file-system credentials",
+            e,
+        )
+    })?
 }
 
 /// A path argument, absolute or relative to `home`.
@@ -180,7 +177,8 @@ pub fn stat(app: &App, call: &Call<'_>) -> Reply {
 }
 
 /// `GET /v1/files/list?path=P&limit=N&cursor=C`: one level, names sorted bytewise; the
-/// cursor is the last name of the page, hex-encoded.
+/// cursor is the last name of the page, hex-encoded, and a page is one pass over the
+/// folder keeping only the page ([`fs::page`]).
 pub fn list(app: &App, call: &Call<'_>) -> Reply {
     let limit = call
         .query
@@ -197,23 +195,17 @@ pub fn list(app: &App, call: &Call<'_>) -> Reply {
         if !fs::is_dir(existing(&p, &path)?) {
             return Err(Error::Invalid(format!("{path}: not a folder")));
         }
-        let names = fs::names(&p).map_err(err)?;
-        let start = after
-            .as_ref()
-            .map_or(0, |a| names.partition_point(|n| n <= a));
-        let page = &names[start..names.len().min(start + limit)];
+        let (page, more) = fs::page(&p, after.as_deref(), limit).map_err(err)?;
         let base = path.trim_end_matches('/');
         let mut entries = Vec::with_capacity(page.len());
-        for n in page {
+        for n in &page {
             let shown = format!("{base}/{}", String::from_utf8_lossy(n));
             // An entry that vanished meanwhile is left out.
             if let Ok((child, st)) = fs::stat_in(&p, n) {
                 entries.push(stat_json(&shown, &child, &st));
             }
         }
-        let next = (start + page.len() < names.len())
-            .then(|| page.last().map(|n| hex(n)))
-            .flatten();
+        let next = more.then(|| page.last().map(|n| hex(n))).flatten();
         Ok(json!({"entries": entries, "next": next}))
     })?
     .into())
@@ -276,7 +268,8 @@ fn range(h: Option<&str>, size: u64) -> std::result::Result<Option<(u64, u64)>, 
     Ok(Some((start, end - start + 1)))
 }
 
-/// `GET /v1/files/content?path=P`: the bytes, streamed from the open file.
+/// `GET /v1/files/content?path=P`: the bytes, streamed from the open file; a file of
+/// procfs or sysfs (whose size is made up) to its end, chunked.
 pub fn read(app: &App, call: &Call<'_>) -> Reply {
     let (file, st) = run(app, |g, home| {
         let path = full_path(call.query.get("path"), "path", home)?;
@@ -301,7 +294,31 @@ pub fn read(app: &App, call: &Call<'_>) -> Reply {
             "{path}: the file kept changing while it was opened; retry"
         )))
     })?;
+    if !fs::size_is_known(&file) {
+        // procfs, sysfs and the like give a made-up size (0, 4096): read to the end and
+        // sent chunked, without a validator or ranges, which would be made up too.
+        let mut resp = Response::new(
+            200,
+            vec![
+                ("Content-Type", "application/octet-stream".into()),
+                ("Accept-Ranges", "none".into()),
+                ("Cache-Control", "no-store".into()),
+            ],
+            Vec::new(),
+        );
+        resp.stream = Some(Streamed::Chunks(Box::new(ToEnd(file))));
+        return Ok(Answer::Response(resp));
+    }
     let size = st.st_size as u64;
+    if call.head.none_match(&fs::etag(&st)) {
+        // The client holds this very file (RFC 9110 §13.1.2); a 304 repeats what a 200
+        // would say of caching.
+        let tag = vec![
+            ("ETag", fs::etag(&st)),
+            ("Cache-Control", "no-store".into()),
+        ];
+        return Ok(Answer::Response(Response::new(304, tag, Vec::new())));
+    }
     let mut resp = Response::new(
         200,
         vec![
@@ -336,6 +353,23 @@ pub fn read(app: &App, call: &Call<'_>) -> Reply {
     };
     resp.stream = Some(Streamed::File { file, offset, len });
     Ok(Answer::Response(resp))
+}
+
+/// A file whose size is not known, read until it ends.
+struct ToEnd(std::fs::File);
+
+impl Source for ToEnd {
+    fn send(&mut self, out: &mut BodyOut<'_>) -> io::Result<()> {
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            match self.0.read(&mut buf) {
+                Ok(0) => return Ok(()),
+                Ok(n) => out.bytes(&buf[..n])?,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
 }
 
 /// `PUT /v1/files/content?path=P&mode=&createDirs=&overwrite=`: the body, streamed into a

@@ -1,7 +1,8 @@
 //! `GET /v1/jobs/{id}/log`: the whole stored output as plain text, sent from output.log as
 //! it is on disk (never held in memory); one byte range of it on request (`Range`); or,
 //! with `?follow=true`, the log from its start and then each new piece as it is stored,
-//! chunked, until the job ends.
+//! chunked, until the job ends. `POST /v1/jobs/{id}/log/tickets` mints the ticket a
+//! browser page follows it with, without the bearer header.
 
 use std::fs::File;
 use std::io;
@@ -20,6 +21,20 @@ use crate::state::layout::OUTPUT;
 use crate::state::store::Store;
 
 const TEXT: &str = "text/plain; charset=utf-8";
+
+/// `POST /v1/jobs/{id}/log/tickets`: a single-use ticket (valid 60 s) that opens this
+/// job's followed log as `?follow=true&ticket=T`, for a browser page.
+pub fn ticket(app: &App, call: &Call<'_>) -> Reply {
+    let id = call.job()?;
+    crate::api::request::no_body(call.body)?;
+    // An unknown job is 404 now, not when the ticket is used.
+    crate::job::settle::load(&app.store, &id)?;
+    let (ticket, expires) = app.issue_ticket(format!("/v1/jobs/{id}/log"), call.scoped)?;
+    Ok(
+        serde_json::json!({"ticket": ticket, "expiresAt": crate::text::timefmt::rfc3339(expires)})
+            .into(),
+    )
+}
 
 pub fn get(app: &App, call: &Call<'_>) -> Reply {
     let id = call.job()?;

@@ -42,13 +42,22 @@ pub fn page(app: &App, call: &Call<'_>) -> Reply {
             w.wait(seen, Kind::Any, deadline);
             continue;
         }
-        return Ok(json!({
+        let mut answer = json!({
             "offset": page.offset,
             "nextOffset": page.next_offset,
             "data": page.data,
             "eof": page.eof,
             "done": done,
-        })
-        .into());
+        });
+        // Once a reader is at the end, the line being written is what comes next.
+        if page.eof {
+            let pending = if rec.status.is_final() {
+                String::new()
+            } else {
+                app.store.pending(&id)
+            };
+            answer["pending"] = pending.into();
+        }
+        return Ok(answer.into());
     }
 }

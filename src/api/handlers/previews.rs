@@ -40,6 +40,8 @@ pub fn start(app: &App, call: &Call<'_>) -> Reply {
     };
     // Something already listening means the server is up (or starting): no new job.
     let listening = probe::ready(port, &Probe::Tcp, Duration::from_secs(1));
+    // Without a timeoutSeconds the server job's timeout is the operator's cap
+    // (--max-job-seconds), as any job's: it lives as long as the agent lets a job live.
     let job = match b.start {
         Some(start) if !listening => Some(launch::start(&app.store, &app.cfg, start)?.id),
         _ => None,

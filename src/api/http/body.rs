@@ -23,6 +23,12 @@ pub fn framing(head: &Head, max_body: u64) -> Result<Framing, Fault> {
     let te: Vec<&str> = head.all("transfer-encoding").collect();
     let cl: Vec<&str> = head.all("content-length").collect();
     if !te.is_empty() {
+        // RFC 9112 §6.1: HTTP/1.0 has no transfer codings, so such framing is faulty.
+        if head.minor == 0 {
+            return Err(bad(
+                "Transfer-Encoding is not defined in HTTP/1.0: send HTTP/1.1, or Content-Length",
+            ));
+        }
         if !cl.is_empty() {
             // The classic request-smuggling shape: refuse rather than pick one.
             return Err(bad("both Transfer-Encoding and Content-Length are set"));
@@ -386,6 +392,9 @@ mod tests {
             framed("Transfer-Encoding: Chunked\r\n", 10),
             Ok(Framing::Chunked)
         );
+        // HTTP/1.0 has no chunked coding: a request that says otherwise is refused.
+        let old = head("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n").unwrap();
+        assert!(matches!(framing(&old, 10), Err(Fault::Malformed(_))));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::body::{BodyReader, Framing, framing, read_body};
 use super::encode::{encode, write_response, write_streamed};
-use super::head::{Head, parse_head, read_head};
+use super::head::{Head, check_host, parse_head, read_head};
 use super::net::{Listener, Stream};
 use super::{Fault, Handler, Request, Response, Upgraded};
 
@@ -419,6 +419,10 @@ fn connection<H: Handler>(
                 return;
             }
         };
+        if let Err(fault) = check_host(&head) {
+            let _ = respond_fault(&mut r, handler, Some(&head), fault, started, limits);
+            return;
+        }
         let streamed = handler.streamed_body(&head);
         let framing = match framing(&head, streamed.unwrap_or(limits.max_body)) {
             Ok(f) => f,
@@ -507,10 +511,12 @@ fn connection<H: Handler>(
                 resp
             }
         };
+        // A HEAD never upgrades: its answer is a head, then the next request.
         if resp.status == 101
+            && head.method != "HEAD"
             && let Some(take_over) = resp.upgrade.as_ref().and_then(|u| u.take())
         {
-            let ok = send(&r, &mut resp, head.minor, limits).is_ok();
+            let ok = send(&r, &mut resp, &head, limits).is_ok();
             handler.done(Some(&head), &resp, started.elapsed());
             // The connection is the handler's now: it no longer counts as a request.
             drop(_busy);
@@ -556,7 +562,7 @@ impl<H: Handler> Out<'_, H> {
         unread_body: bool,
     ) -> bool {
         resp.close = close;
-        let ok = send(r, &mut resp, head.minor, self.limits).is_ok();
+        let ok = send(r, &mut resp, head, self.limits).is_ok();
         self.handler.done(Some(head), &resp, self.started.elapsed());
         if !ok || resp.close {
             linger_close(r, unread_body);
@@ -576,22 +582,42 @@ fn respond_fault<H: Handler>(
 ) -> io::Result<()> {
     let mut resp = handler.fault(&fault);
     resp.close = true;
-    let res = send(r, &mut resp, head.map_or(1, |h| h.minor), limits);
+    let res = match head {
+        Some(h) => send(r, &mut resp, h, limits),
+        None => {
+            let by = Instant::now() + limits.write_timeout;
+            write_response(&resp, 1, false, |b| r.get_ref().write_all_by(b, by))
+        }
+    };
     handler.done(head, &resp, started.elapsed());
     linger_close(r, !matches!(fault, Fault::TooSlow(_)));
     res
 }
 
-/// Writes a response within the write timeout, counted for the whole response; or, for a
-/// streamed body, for its head and then each block of the body (which may set
-/// `resp.close`: see [`write_streamed`]).
-fn send(r: &BufReader<Stream>, resp: &mut Response, minor: u8, limits: &Limits) -> io::Result<()> {
+/// Writes the response to `head` within the write timeout, counted for the whole response;
+/// or, for a streamed body, for its head and then each block of the body (which may set
+/// `resp.close`: see [`write_streamed`]). A `HEAD` is answered as its `GET` was, without
+/// the body.
+fn send(
+    r: &BufReader<Stream>,
+    resp: &mut Response,
+    head: &Head,
+    limits: &Limits,
+) -> io::Result<()> {
     let stream = r.get_ref();
+    let head_only = head.method == "HEAD";
     if let Some(body) = resp.stream.take() {
-        return write_streamed(resp, body, minor, stream, limits.write_timeout);
+        return write_streamed(
+            resp,
+            body,
+            head.minor,
+            head_only,
+            stream,
+            limits.write_timeout,
+        );
     }
     let by = Instant::now() + limits.write_timeout;
-    write_response(resp, minor, |b| stream.write_all_by(b, by))
+    write_response(resp, head.minor, head_only, |b| stream.write_all_by(b, by))
 }
 
 /// Closes after an error response. When the client may still be sending (a refused body),

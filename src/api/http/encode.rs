@@ -4,7 +4,8 @@
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
-use std::time::{Duration, Instant};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::net::Stream;
 use super::{Response, Streamed};
@@ -17,6 +18,7 @@ pub fn reason(status: u16) -> &'static str {
         200 => "OK",
         201 => "Created",
         206 => "Partial Content",
+        304 => "Not Modified",
         400 => "Bad Request",
         401 => "Unauthorized",
         403 => "Forbidden",
@@ -26,6 +28,7 @@ pub fn reason(status: u16) -> &'static str {
         409 => "Conflict",
         413 => "Content Too Large",
         416 => "Range Not Satisfiable",
+        426 => "Upgrade Required",
         429 => "Too Many Requests",
         500 => "Internal Server Error",
         503 => "Service Unavailable",
@@ -63,11 +66,18 @@ pub(super) const BLOCK: usize = 1 << 20;
 
 /// Writes a response with `write` (called once for a small response, twice for a large
 /// one: the head, then the body).
+/// With `head_only` (the answer to a `HEAD`), only the head leaves, announcing the length
+/// the body has (RFC 9110 §9.3.2).
 pub(super) fn write_response(
     resp: &Response,
     minor: u8,
+    head_only: bool,
     mut write: impl FnMut(&[u8]) -> io::Result<()>,
 ) -> io::Result<()> {
+    if head_only {
+        let len = Length::Known(resp.body.len() as u64);
+        return write(&encode_head(resp, minor, len, 0));
+    }
     if resp.body.len() <= COPIED_BODY {
         return write(&encode(resp, minor));
     }
@@ -83,11 +93,13 @@ pub(super) fn write_response(
 /// Writes the head of `resp` and then `body` from its source: the head within `timeout`,
 /// then each block of the body (or each chunk) within `timeout` of its start. A chunked
 /// body to an HTTP/1.0 client is sent as it comes, and `resp.close` is set: its end is
-/// the connection's.
+/// the connection's. With `head_only` (a `HEAD`), the head alone leaves and the source is
+/// dropped unread.
 pub(super) fn write_streamed(
     resp: &mut Response,
     body: Streamed,
     minor: u8,
+    head_only: bool,
     stream: &Stream,
     timeout: Duration,
 ) -> io::Result<()> {
@@ -95,6 +107,9 @@ pub(super) fn write_streamed(
         Streamed::File { file, offset, len } => {
             let head = encode_head(resp, minor, Length::Known(len), 0);
             stream.write_all_by(&head, Instant::now() + timeout)?;
+            if head_only {
+                return Ok(());
+            }
             let mut out = BodyOut::new(stream, false, timeout);
             out.raw_file(&file, offset, len)
         }
@@ -108,6 +123,9 @@ pub(super) fn write_streamed(
             };
             let head = encode_head(resp, minor, length, 0);
             stream.write_all_by(&head, Instant::now() + timeout)?;
+            if head_only {
+                return Ok(());
+            }
             let mut out = BodyOut::new(stream, chunked, timeout);
             source.send(&mut out)?;
             if chunked {
@@ -233,8 +251,10 @@ fn encode_head(resp: &Response, minor: u8, length: Length, extra: usize) -> Vec<
     let mut out = Vec::with_capacity(160 + extra);
     let _ = write!(out, "HTTP/1.1 {} {}\r\n", resp.status, reason(resp.status));
     // A 1xx response has no body, so no length either.
+    // A 304 has no body either; a length would have to be the 200's, which is not known
+    // here (RFC 9110 §8.6).
     match length {
-        _ if resp.status < 200 => {}
+        _ if resp.status < 200 || resp.status == 304 => {}
         Length::Known(n) => {
             let _ = write!(out, "Content-Length: {n}\r\n");
         }
@@ -244,6 +264,9 @@ fn encode_head(resp: &Response, minor: u8, length: Length, extra: usize) -> Vec<
     for (k, v) in &resp.headers {
         let _ = write!(out, "{k}: {v}\r\n");
     }
+    out.extend_from_slice(b"Date: ");
+    date_now(&mut out);
+    out.extend_from_slice(b"\r\n");
     if resp.close {
         out.extend_from_slice(b"Connection: close\r\n");
     } else if minor == 0 {
@@ -251,6 +274,20 @@ fn encode_head(resp: &Response, minor: u8, length: Length, extra: usize) -> Vec<
     }
     out.extend_from_slice(b"\r\n");
     out
+}
+
+/// Appends the current time as a `Date` value (RFC 9110 §6.6.1), formatted at most once a
+/// second for the whole server.
+fn date_now(out: &mut Vec<u8>) {
+    static CACHE: Mutex<(u64, String)> = Mutex::new((u64::MAX, String::new()));
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut c = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    if c.0 != secs {
+        *c = (secs, crate::text::timefmt::imf_fixdate(secs));
+    }
+    out.extend_from_slice(c.1.as_bytes());
 }
 
 #[cfg(test)]
@@ -266,8 +303,77 @@ mod tests {
         );
         resp.close = true;
         assert_eq!(
-            String::from_utf8(encode(&resp, 1)).unwrap(),
+            undated(&encode(&resp, 1)),
             "HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n{}"
+        );
+    }
+
+    /// A response's text with its `Date` line (checked for its shape) taken out.
+    fn undated(b: &[u8]) -> String {
+        let t = String::from_utf8_lossy(b).into_owned();
+        let at = t.find("\r\nDate: ").expect("a Date header") + 2;
+        let end = at + t[at..].find("\r\n").unwrap() + 2;
+        let date = &t[at + 6..end - 2];
+        assert_eq!(date.len(), 29, "{date:?}");
+        assert!(
+            date.ends_with(" GMT") && date.as_bytes()[3] == b',',
+            "{date:?}"
+        );
+        format!("{}{}", &t[..at], &t[end..])
+    }
+
+    #[test]
+    fn a_head_answer_has_the_length_of_its_body_but_not_the_body() {
+        for n in [0, 10, COPIED_BODY + 1] {
+            let r = Response::new(200, vec![], vec![b'x'; n]);
+            let mut sent = Vec::new();
+            write_response(&r, 1, true, |b| {
+                sent.extend_from_slice(b);
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(
+                undated(&sent),
+                format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n")
+            );
+        }
+        let (file, _) = file_of(1000);
+        let (s, reader) = pair();
+        let mut resp = Response::new(200, vec![], vec![]);
+        let body = Streamed::File {
+            file,
+            offset: 0,
+            len: 1000,
+        };
+        write_streamed(&mut resp, body, 1, true, &s, T).unwrap();
+        s.shutdown(std::net::Shutdown::Both);
+        assert_eq!(
+            undated(&reader.join().unwrap()),
+            "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n"
+        );
+        // A chunked source is never asked for its body.
+        struct Never;
+        impl super::super::Source for Never {
+            fn send(&mut self, _: &mut BodyOut<'_>) -> io::Result<()> {
+                panic!("a HEAD read the body")
+            }
+        }
+        let (s, reader) = pair();
+        let mut resp = Response::new(200, vec![], vec![]);
+        write_streamed(&mut resp, Streamed::Chunks(Box::new(Never)), 1, true, &s, T).unwrap();
+        s.shutdown(std::net::Shutdown::Both);
+        assert_eq!(
+            undated(&reader.join().unwrap()),
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn a_304_has_no_length() {
+        let r = Response::new(304, vec![("ETag", "\"x\"".into())], vec![]);
+        assert_eq!(
+            undated(&encode(&r, 1)),
+            "HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\n\r\n"
         );
     }
 
@@ -277,7 +383,7 @@ mod tests {
         for (n, writes) in [(10, 1), (COPIED_BODY, 1), (COPIED_BODY + 1, 2)] {
             let r = resp(n);
             let mut parts: Vec<Vec<u8>> = Vec::new();
-            write_response(&r, 1, |b| {
+            write_response(&r, 1, false, |b| {
                 parts.push(b.to_vec());
                 Ok(())
             })
@@ -319,9 +425,9 @@ mod tests {
             offset: 7,
             len: BLOCK as u64 + 100,
         };
-        write_streamed(&mut resp, body, 1, &s, T).unwrap();
+        write_streamed(&mut resp, body, 1, false, &s, T).unwrap();
         s.shutdown(std::net::Shutdown::Both);
-        let got = reader.join().unwrap();
+        let got = undated(&reader.join().unwrap()).into_bytes();
         let head = format!(
             "HTTP/1.1 206 Partial Content\r\nContent-Length: {}\r\nContent-Range: x\r\n\r\n",
             BLOCK + 100
@@ -340,7 +446,7 @@ mod tests {
             offset: 0,
             len: 1001,
         };
-        let e = write_streamed(&mut resp, body, 1, &s, T).unwrap_err();
+        let e = write_streamed(&mut resp, body, 1, false, &s, T).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
         s.shutdown(std::net::Shutdown::Both);
         let _ = reader.join();
@@ -366,10 +472,10 @@ mod tests {
         let (s, reader) = pair();
         let mut resp = Response::new(200, vec![], vec![]);
         let body = Streamed::Chunks(Box::new(Parts(file)));
-        write_streamed(&mut resp, body, 1, &s, T).unwrap();
+        write_streamed(&mut resp, body, 1, false, &s, T).unwrap();
         assert!(!resp.close);
         s.shutdown(std::net::Shutdown::Both);
-        let got = reader.join().unwrap();
+        let got = undated(&reader.join().unwrap()).into_bytes();
         let mut want =
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nhello \r\n3\r\n".to_vec();
         want.extend_from_slice(&data[..3]);
@@ -385,10 +491,10 @@ mod tests {
         let (s, reader) = pair();
         let mut resp = Response::new(200, vec![], vec![]);
         let body = Streamed::Chunks(Box::new(Parts(file)));
-        write_streamed(&mut resp, body, 0, &s, T).unwrap();
+        write_streamed(&mut resp, body, 0, false, &s, T).unwrap();
         assert!(resp.close);
         s.shutdown(std::net::Shutdown::Both);
-        let got = reader.join().unwrap();
+        let got = undated(&reader.join().unwrap()).into_bytes();
         let mut want = b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nhello ".to_vec();
         want.extend_from_slice(&data[..COPIED_BODY + 4]);
         assert!(got == want);
@@ -406,7 +512,7 @@ mod tests {
             len: 64 << 20,
         };
         let t = Instant::now();
-        let r = write_streamed(&mut resp, body, 1, &s, Duration::from_millis(300));
+        let r = write_streamed(&mut resp, body, 1, false, &s, Duration::from_millis(300));
         assert!(r.is_err(), "{r:?}");
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
         drop(b);
@@ -442,7 +548,7 @@ mod tests {
         };
         let timeout = Duration::from_millis(500);
         let t = Instant::now();
-        write_streamed(&mut resp, body, 1, &s, timeout).unwrap();
+        write_streamed(&mut resp, body, 1, false, &s, timeout).unwrap();
         assert!(t.elapsed() > timeout, "{:?}", t.elapsed());
         s.shutdown(std::net::Shutdown::Both);
         let got = reader.join().unwrap();

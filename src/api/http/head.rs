@@ -12,7 +12,8 @@ use super::net::{Stream, is_timeout};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Head {
     pub method: String,
-    /// The request target as sent, e.g. `/v1/jobs?limit=5`.
+    /// The request target as sent, e.g. `/v1/jobs?limit=5` (or in absolute form,
+    /// `http://host/v1/jobs?limit=5`).
     pub target: String,
     /// The target before `?`.
     pub path: String,
@@ -37,6 +38,16 @@ impl Head {
     /// The first value of a header.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.all(name).next()
+    }
+
+    /// True if `If-None-Match` names `etag` (weakly, RFC 9110 §13.1.2) or is `*`: the
+    /// client has the current representation, and a GET or HEAD is answered 304.
+    pub fn none_match(&self, etag: &str) -> bool {
+        let opaque = |t: &str| t.trim().trim_start_matches("W/").to_string();
+        let want = opaque(etag);
+        self.all("if-none-match")
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim() == "*" || opaque(t) == want)
     }
 
     /// True if the client asked to close the connection after this request.
@@ -179,9 +190,10 @@ pub fn parse_head(raw: &[u8], max_headers: usize) -> Result<Head, Fault> {
     if target.is_empty() {
         return Err(bad("malformed request line: empty target"));
     }
-    let (path, query) = match target.split_once('?') {
+    let origin = origin_form(target).ok_or_else(|| bad("malformed absolute request target"))?;
+    let (path, query) = match origin.split_once('?') {
         Some((p, q)) => (p, q),
-        None => (target, ""),
+        None => (origin, ""),
     };
     let mut headers = Vec::new();
     for l in lines {
@@ -218,6 +230,54 @@ pub fn parse_head(raw: &[u8], max_headers: usize) -> Result<Head, Fault> {
         minor,
         headers,
     })
+}
+
+/// The path and query of a request target: itself in origin form (`/v1/jobs?x`); in
+/// absolute form (`http://host:7433/v1/jobs?x`, which a server must accept: RFC 9112
+/// §3.2.2) what follows the authority, `/` when nothing does. `None` for an absolute form
+/// whose authority holds what no authority may (then the request is malformed).
+fn origin_form(target: &str) -> Option<&str> {
+    let scheme_len = ["http://", "https://"].into_iter().find_map(|p| {
+        let t = target.get(..p.len())?;
+        t.eq_ignore_ascii_case(p).then_some(p.len())
+    });
+    let Some(n) = scheme_len else {
+        return Some(target);
+    };
+    let rest = &target[n..];
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    if !rest[..end].bytes().all(is_authority_byte) {
+        return None;
+    }
+    Some(match &rest[end..] {
+        "" => "/",
+        r if r.starts_with('?') => return None,
+        r => r,
+    })
+}
+
+/// A byte that may stand in a URI's authority (RFC 3986 §3.2: userinfo, host, port).
+fn is_authority_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:%[]@".contains(&b)
+}
+
+/// RFC 9112 §3.2: an HTTP/1.1 request without `Host`, or any request with more than one
+/// or with one that is no authority, is refused (400); a proxy and this server could
+/// disagree about which host it is for.
+pub fn check_host(head: &Head) -> Result<(), Fault> {
+    let mut hosts = head.all("host");
+    match (hosts.next(), hosts.next()) {
+        (Some(_), Some(_)) => Err(Fault::Malformed(
+            "the Host header is given more than once".into(),
+        )),
+        (None, _) if head.minor >= 1 => Err(Fault::Malformed(
+            "an HTTP/1.1 request needs a Host header (RFC 9112 §3.2)".into(),
+        )),
+        (Some(h), _) if !h.bytes().all(|b| is_authority_byte(b) && b != b'@') => Err(
+            Fault::Malformed("the Host header is not a host and optional port".into()),
+        ),
+        _ => Ok(()),
+    }
 }
 
 fn is_tchar(b: u8) -> bool {
@@ -277,6 +337,64 @@ mod tests {
             head(&format!("GET / HTTP/1.1\r\n{many}\r\n")),
             Err(Fault::TooLarge(_))
         ));
+    }
+
+    #[test]
+    fn an_absolute_target_is_routed_by_its_path() {
+        for (target, path, query) in [
+            ("http://localhost:7433/v1/health", "/v1/health", ""),
+            ("HTTP://h/v1/jobs?limit=1", "/v1/jobs", "limit=1"),
+            ("https://[::1]:1/x", "/x", ""),
+            ("http://h", "/", ""),
+            ("/v1/health", "/v1/health", ""),
+        ] {
+            let h = head(&format!("GET {target} HTTP/1.1\r\nHost: h\r\n\r\n")).unwrap();
+            assert_eq!(
+                (h.path.as_str(), h.query.as_str()),
+                (path, query),
+                "{target}"
+            );
+            assert_eq!(h.target, target);
+        }
+        for target in ["http://a b/x", "http://h?x=1", "http://h\\x/"] {
+            let raw = format!("GET {target} HTTP/1.1\r\nHost: h\r\n\r\n");
+            assert!(matches!(head(&raw), Err(Fault::Malformed(_))), "{target}");
+        }
+    }
+
+    #[test]
+    fn if_none_match_compares_weakly_and_knows_star() {
+        let tag = "\"1-2-3\"";
+        let matches = |v: &str| {
+            head(&format!("GET / HTTP/1.1\r\nIf-None-Match: {v}\r\n\r\n"))
+                .unwrap()
+                .none_match(tag)
+        };
+        for v in ["\"1-2-3\"", "W/\"1-2-3\"", "\"x\", \"1-2-3\"", "*"] {
+            assert!(matches(v), "{v}");
+        }
+        for v in ["\"1-2-4\"", "1-2-3", "\"x\""] {
+            assert!(!matches(v), "{v}");
+        }
+        assert!(!head("GET / HTTP/1.1\r\n\r\n").unwrap().none_match(tag));
+    }
+
+    #[test]
+    fn host_is_needed_once_in_http_1_1() {
+        let host = |raw: &str| check_host(&head(raw).unwrap());
+        assert!(host("GET / HTTP/1.1\r\nHost: a:1\r\n\r\n").is_ok());
+        assert!(host("GET / HTTP/1.1\r\nHost:\r\n\r\n").is_ok());
+        assert!(host("GET / HTTP/1.0\r\n\r\n").is_ok());
+        for raw in [
+            "GET / HTTP/1.1\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nhost: a\r\n\r\n",
+            "GET / HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a b\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: u@a\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a/b\r\n\r\n",
+        ] {
+            assert!(matches!(host(raw), Err(Fault::Malformed(_))), "{raw:?}");
+        }
     }
 
     #[test]

@@ -42,6 +42,17 @@ impl Upgraded {
     pub fn set_nonblocking(&self) -> std::io::Result<()> {
         self.stream.set_nonblocking()
     }
+
+    /// Bounds what the kernel holds unsent for this connection to about `bytes`; returns
+    /// the bound it set (at least what it holds: see [`Stream`]).
+    pub fn limit_send_buffer(&self, bytes: usize) -> std::io::Result<usize> {
+        self.stream.limit_send_buffer(bytes)
+    }
+
+    /// Ends the sending side: what was written still leaves, then the client reads EOF.
+    pub fn shutdown_write(&self) {
+        self.stream.shutdown(std::net::Shutdown::Write)
+    }
 }
 
 impl std::io::Read for Upgraded {

@@ -110,6 +110,15 @@ impl Stream {
         };
     }
 
+    /// Asks the kernel to hold at most about `bytes` unsent for this socket (which also
+    /// ends its growing by itself), and returns what it holds now: Linux doubles the
+    /// request for its own bookkeeping and counts that too, so it is an upper bound.
+    pub(super) fn limit_send_buffer(&self, bytes: usize) -> io::Result<usize> {
+        use nix::sys::socket::{getsockopt, setsockopt, sockopt::SndBuf};
+        setsockopt(&self.as_fd(), SndBuf, &bytes)?;
+        Ok(getsockopt(&self.as_fd(), SndBuf)?)
+    }
+
     /// True when the client has sent bytes not read yet (or closed its side).
     pub(super) fn has_input(&self) -> bool {
         use nix::poll::{PollFd, PollFlags, PollTimeout, poll};

@@ -11,8 +11,9 @@
 //! - `resize COLS ROWS`: sets the terminal's size.
 //! - `attach rw` or `attach ro` (a terminal job only): the connection becomes a viewer.
 //!   After `ok`, the supervisor sends `out N` + N bytes frames, first the recent output
-//!   (the last [`REPLAY`] bytes at least), then the terminal's output as it comes (raw,
-//!   escapes kept, every secret value masked by the streaming redactor), and last `exit
+//!   (the last [`REPLAY`] bytes at least, from a point between two escape sequences), then
+//!   the terminal's output as it comes (raw, escapes kept, every secret that a terminal
+//!   would draw masked cell by cell: [`crate::text::wire`]), and last `exit
 //!   JSON` (`{"type":"exit","status","exitCode","signal"}`) before it closes. A viewer's
 //!   requests (`stdin`, `resize`; `stdin` ignored for `ro`) get no reply. A viewer that
 //!   falls [`MAX_VIEWER_BEHIND`] bytes behind is closed: the job never waits for one.
@@ -30,7 +31,10 @@ use crate::job::control::{MAX_CHUNK, MAX_LINE};
 /// The most input waiting for the job to read it.
 pub(super) const MAX_PENDING: usize = 1 << 20;
 /// The most control connections at once; more are closed at once.
-const MAX_CONNS: usize = 64;
+const MAX_CONNS: usize = 512;
+/// The most viewers at once: the rest of [`MAX_CONNS`] stays free for requests, so that
+/// viewers never lock the owner's input or resizing out.
+const MAX_VIEWERS: usize = MAX_CONNS - 32;
 /// The recent terminal output kept for a viewer that attaches (at least this much).
 pub(super) const REPLAY: usize = 64 * 1024;
 /// How far a viewer may fall behind before it is closed.
@@ -64,9 +68,11 @@ pub(super) struct Control {
     /// The job runs on a terminal (whose master `stdin` is).
     pub(super) tty: bool,
     /// The terminal's output as viewers get it: raw, secrets masked.
-    redactor: crate::text::redact::Redactor,
+    wire: crate::text::wire::WireMasker,
     /// The last output, for a viewer that attaches (between [`REPLAY`] and twice that).
     replay: Vec<u8>,
+    /// Offsets in `replay` between two escape sequences, where a replay may begin.
+    cuts: std::collections::VecDeque<usize>,
 }
 
 impl Control {
@@ -75,9 +81,11 @@ impl Control {
     pub(super) fn bind(
         path: &Path,
         stdin: OwnedFd,
-        tty: bool,
+        size: Option<(u16, u16)>,
         secrets: &[&[u8]],
     ) -> io::Result<Control> {
+        let tty = size.is_some();
+        let (cols, rows) = size.unwrap_or((80, 24));
         let _ = std::fs::remove_file(path);
         std::fs::write(path.with_file_name(crate::job::control::MARK), b"")?;
         let listener = UnixListener::bind(path)?;
@@ -92,8 +100,9 @@ impl Control {
             pending: Vec::new(),
             closing: false,
             tty,
-            redactor: crate::text::redact::Redactor::new(secrets),
+            wire: crate::text::wire::WireMasker::new(secrets, cols, rows),
             replay: Vec::new(),
+            cuts: std::collections::VecDeque::new(),
         })
     }
 
@@ -240,6 +249,13 @@ impl Control {
                 if !self.tty {
                     return Some("err conflict the job does not run on a terminal\n".into());
                 }
+                let viewers = self.conns.iter().filter(|c| c.view != View::None).count();
+                if viewers >= MAX_VIEWERS {
+                    return Some(format!(
+                        "err busy {viewers} viewers are attached already, the most a terminal takes\n"
+                    ));
+                }
+                let c = &mut self.conns[i];
                 c.view = view;
                 c.out.extend_from_slice(b"ok\n");
                 frame(&mut c.out, &self.replay);
@@ -300,8 +316,12 @@ impl Control {
             return Err(format!("invalid cols and rows must be 1 to {max}"));
         }
         match (&self.stdin, self.tty) {
-            (Some(m), true) => crate::os::pty::resize(m, cols, rows)
-                .map_err(|e| format!("conflict the terminal could not be resized: {e}")),
+            (Some(m), true) => {
+                crate::os::pty::resize(m, cols, rows)
+                    .map_err(|e| format!("conflict the terminal could not be resized: {e}"))?;
+                self.wire.resize(cols, rows);
+                Ok(())
+            }
             (None, true) => Err("conflict the terminal is closed".into()),
             (_, false) => Err("conflict the job does not run on a terminal".into()),
         }
@@ -333,20 +353,41 @@ impl Control {
         }
     }
 
+    /// Masks these values too on the terminal wire from now on.
+    pub(super) fn add_secrets(&mut self, values: &[&[u8]]) {
+        self.wire.add_secrets(values);
+    }
+
     /// The terminal's raw output: masked, kept for replay, and sent to every viewer.
     pub(super) fn output(&mut self, raw: &[u8], last: bool) {
         let mut masked = Vec::with_capacity(raw.len());
-        self.redactor.feed(raw, &mut masked);
+        self.wire.feed(raw, &mut masked);
         if last {
-            self.redactor.finish(&mut masked);
+            self.wire.finish(&mut masked);
         }
         if masked.is_empty() {
             return;
         }
         self.replay.extend_from_slice(&masked);
+        if self.wire.at_rest() {
+            self.cuts.push_back(self.replay.len());
+        }
         if self.replay.len() > 2 * REPLAY {
-            let cut = self.replay.len() - REPLAY;
+            // From the last place between two sequences that keeps REPLAY bytes, so that a
+            // reattach does not begin inside an escape (or, failing one, at a byte count).
+            let want = self.replay.len() - REPLAY;
+            let mut cut = want;
+            while let Some(&c) = self.cuts.front() {
+                if c > want {
+                    break;
+                }
+                cut = c;
+                self.cuts.pop_front();
+            }
             self.replay.drain(..cut);
+            for c in &mut self.cuts {
+                *c -= cut;
+            }
         }
         for i in 0..self.conns.len() {
             let c = &mut self.conns[i];

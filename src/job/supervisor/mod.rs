@@ -30,6 +30,7 @@ use crate::text::pipeline::Pipeline;
 
 mod control;
 mod finish;
+mod pending;
 mod run;
 mod sink;
 
@@ -166,6 +167,8 @@ struct Supervisor {
     control: Option<control::Control>,
     sink: Sink,
     pipeline: Pipeline,
+    /// The line being written, for answers (`pending`).
+    pending: pending::PendingLine,
     /// This job's secrets, published for the other supervisors while it runs.
     published: Option<crate::state::livesecrets::Published>,
     /// The other running jobs' secrets, added to the pipeline as they appear.
@@ -273,7 +276,7 @@ impl Supervisor {
                 control::Control::bind(
                     &dir.join(crate::job::control::SOCKET),
                     w,
-                    pty.is_some(),
+                    spec.pty.map(|size| (size.cols, size.rows)),
                     &values,
                 )
                 .map_err(|e| format!("control socket: {e}"))?,
@@ -439,6 +442,7 @@ impl Supervisor {
                 spare: Vec::new(),
             }),
             pipeline,
+            pending: pending::PendingLine::new(&store.job_dir(id)),
             published,
             others,
             others_pending,

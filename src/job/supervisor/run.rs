@@ -71,6 +71,9 @@ impl Supervisor {
             if self.pipe.is_none() && ending.is_none() {
                 wake = wake.min(now + Duration::from_millis(500));
             }
+            if let Some(t) = self.pending.due() {
+                wake = wake.min(t);
+            }
             let timeout = crate::os::poll::poll_timeout(
                 wake.saturating_duration_since(now)
                     .min(Duration::from_secs(60)),
@@ -135,6 +138,7 @@ impl Supervisor {
                     None => {}
                 }
             }
+            self.pending.update(&self.pipeline);
             if sig_ready {
                 while let Ok(Some(info)) = self.sigfd.read_signal() {
                     let sig = info.ssi_signo as i32;
@@ -175,6 +179,8 @@ impl Supervisor {
         {
             c.output(&[], true);
         }
+        // The last line goes to output.log: it is pending no more.
+        self.pending.remove();
         let mut tail = self.sink.buffer();
         self.pipeline.finish(&mut tail);
         self.sink.store(tail);
@@ -218,6 +224,7 @@ impl Supervisor {
             let mut chunk = self.sink.buffer();
             self.pipeline.feed(&buf[..n], &mut chunk);
             self.sink.store(chunk);
+            self.pending.touched();
             if n == buf.len() && n < CHUNK {
                 buf.resize((n * 4).min(CHUNK), 0);
             }
@@ -227,24 +234,26 @@ impl Supervisor {
 
     /// Learns the secrets of jobs that started since the last look (one `stat` when none
     /// did; `woken`: the folder's watch fired). Before output (`woken` false) it adds all
-    /// it learnt to the masking and returns those values, for the terminal wire to add
-    /// too; on a wake it only reads them (while their job still runs): the index is
-    /// rebuilt once, before the next output, not for every job that starts meanwhile.
-    fn learn_others(&mut self, woken: bool) -> Vec<String> {
+    /// it learnt to the masking, stored and on the terminal wire; on a wake it only reads
+    /// them (while their job still runs): the index is rebuilt once, before the next
+    /// output, not for every job that starts meanwhile.
+    fn learn_others(&mut self, woken: bool) {
         if woken {
             let new = self.others.woken();
             self.others_pending.extend(new);
-            return Vec::new();
+            return;
         }
         let new = self.others.poll();
         self.others_pending.extend(new);
         if self.others_pending.is_empty() {
-            return Vec::new();
+            return;
         }
         let learnt = std::mem::take(&mut self.others_pending);
         let values: Vec<&[u8]> = learnt.iter().map(|v| v.as_bytes()).collect();
         self.pipeline.add_secrets(&values);
-        learnt
+        if let Some(c) = &mut self.control {
+            c.add_secrets(&values);
+        }
     }
 
     fn reap(&mut self, shell_status: &mut Option<WaitStatus>) {

@@ -129,12 +129,14 @@
 mod index;
 mod short;
 mod spell;
+mod spot;
 #[cfg(test)]
 mod tests;
 
 use index::{GramIndex, SAMPLED_MIN_LEN};
 use short::ShortPatterns;
 use spell::{Pattern, WRAP_MIN_CORE, Walk};
+pub use spot::Spotter;
 
 /// Shortest base64 core (in characters) that is searched for.
 pub const MIN_BASE64_CORE: usize = 8;
@@ -247,19 +249,24 @@ impl Redactor {
         self.end(out, from, true);
     }
 
-    /// Redacts a whole string at once (commands, error messages, log lines).
-    pub fn redact_str(&self, s: &str) -> String {
+    /// Redacts a whole text at once.
+    pub fn redact_bytes(&self, hay: &[u8]) -> Vec<u8> {
         let Some(finder) = &self.finder else {
-            return s.to_string();
+            return hay.to_vec();
         };
-        let hay = s.as_bytes();
         let mut found = Vec::new();
         finder.find(hay, hay.len(), &mut Walk::default(), &mut found);
         if found.is_empty() {
-            return s.to_string();
+            return hay.to_vec();
         }
         let mut out = Vec::with_capacity(hay.len());
         let _ = emit(hay, hay.len(), 0, &mut None, &mut found, &mut out);
+        out
+    }
+
+    /// Redacts a whole string at once (commands, error messages, log lines).
+    pub fn redact_str(&self, s: &str) -> String {
+        let out = self.redact_bytes(s.as_bytes());
         match String::from_utf8(out) {
             Ok(s) => s,
             // Only a value that is not itself UTF-8 can cut a character.

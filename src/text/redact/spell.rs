@@ -197,6 +197,52 @@ impl Pattern {
         }
     }
 
+    /// Whether `hay[at..]` (not empty) is a proper prefix of an occurrence: the text ends
+    /// before the occurrence could, inside a spelling or between two units, with every byte
+    /// so far fitting some choice of spellings.
+    pub(super) fn is_prefix_at(&self, hay: &[u8], at: usize) -> bool {
+        if at >= hay.len() {
+            return false;
+        }
+        let mut set = vec![at];
+        let mut next = Vec::new();
+        for w in 0..self.len() {
+            if set.contains(&hay.len()) {
+                return true;
+            }
+            if self.wraps && w > 0 {
+                // A break cut after its `\r` still fits.
+                if set.iter().any(|&p| p + 1 == hay.len() && hay[p] == b'\r') {
+                    return true;
+                }
+                breaks_forward(hay, &mut set);
+                if set.contains(&hay.len()) {
+                    return true;
+                }
+            }
+            next.clear();
+            for &p in &set {
+                for sp in self.spellings(w) {
+                    let rest = &hay[p..];
+                    if rest.len() < sp.len() {
+                        if rest.iter().zip(sp).all(|(&b, c)| b == c[0] || b == c[1]) {
+                            return true;
+                        }
+                    } else if spelled_at(hay, p, sp) {
+                        next.push(p + sp.len());
+                    }
+                }
+            }
+            next.sort_unstable();
+            next.dedup();
+            std::mem::swap(&mut set, &mut next);
+            if set.is_empty() {
+                return false;
+            }
+        }
+        false
+    }
+
     /// Spells `units` one after another from each position in `set`, forwards (after it)
     /// or backwards (before it), with a line break allowed between two units if the pattern
     /// wraps; leaves in `set` where they end, and says whether anywhere.

@@ -275,6 +275,19 @@ impl Line {
         self.blanks = false;
     }
 
+    /// Appends the held line as it would be stored now, leaving it held.
+    pub(super) fn shown(&self, out: &mut Vec<u8>) {
+        let end = if self.blanks {
+            self.cells
+                .iter()
+                .rposition(|&b| b != BLANK)
+                .map_or(0, |p| p + 1)
+        } else {
+            self.cells.len()
+        };
+        self.emit_cells(end, out);
+    }
+
     /// Appends `cells[..to]`, blanks as spaces.
     fn emit_cells(&self, to: usize, out: &mut Vec<u8>) {
         let cells = &self.cells[..to];

@@ -161,6 +161,14 @@ impl Sanitizer {
         }
     }
 
+    /// The line being written, as it would be stored if it ended now (the held part of
+    /// an over-long line).
+    pub fn pending(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.line.shown(&mut out);
+        out
+    }
+
     /// Ends the stream: appends the held last line (without adding a newline).
     pub fn finish(&mut self, out: &mut Vec<u8>) {
         self.parser.finish(&mut self.line, out);

@@ -1,0 +1,475 @@
+//! Cross-origin requests from pages of the origins named by `--allowed-origin` (the
+//! Fetch standard's CORS protocol), on the few routes a browser page needs: the event
+//! stream, a followed log, and the routes that mint their tickets and the terminal's.
+//!
+//! - An answer on one of those routes to a request whose `Origin` is allowed carries
+//!   `Access-Control-Allow-Origin` with that origin (errors too, so a page can read why it
+//!   was refused); every answer on them carries `Vary: Origin`. No credentials mode: the
+//!   agent uses no cookies, so `Access-Control-Allow-Credentials` is never sent.
+//! - A preflight (`OPTIONS` with `Origin` and `Access-Control-Request-Method`) needs no
+//!   token, since a browser never sends one on it: from an allowed origin, for the route's
+//!   own method and headers of [`ALLOWED_HEADERS`], it is answered 200 with the grants; any
+//!   other is refused with a JSON error that says why (the browser then sends nothing).
+//!
+//! `EventSource` and a plain `fetch` GET are "simple" requests (no preflight): only
+//! `Last-Event-ID`, set by an `EventSource` reconnecting, may make a browser ask first. A
+//! `fetch` that sends `Authorization` (minting a ticket) always asks first.
+
+use super::http::{Head, Response};
+use super::routes::{Matched, Route};
+use crate::model::error::{Error, Result};
+
+/// The request headers a page may send on these routes.
+pub const ALLOWED_HEADERS: &[&str] = &[
+    "authorization",
+    "content-type",
+    "accept",
+    "last-event-id",
+    "cache-control",
+];
+/// The answer headers a page may read beyond the CORS-safelisted ones.
+const EXPOSED_HEADERS: &str = "Retry-After, Content-Range, WWW-Authenticate";
+/// How long a browser may keep a preflight's grant, in seconds.
+const MAX_AGE: u32 = 600;
+
+/// True for the routes that answer pages from allowed origins.
+pub fn for_browsers(route: Route) -> bool {
+    matches!(
+        route,
+        Route::Events | Route::EventsTicket | Route::JobLog | Route::LogTicket | Route::PtyTicket
+    )
+}
+
+/// The browser origins allowed to use tickets and CORS, each as a browser serializes it
+/// (`scheme://host[:port]`, lowercase, without a default port).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Origins(Vec<String>);
+
+impl Origins {
+    /// Parses `--allowed-origin` values; a value that is not an origin is refused with
+    /// what is wrong, so a typo does not silently lock every page out.
+    pub fn parse(values: &[String]) -> Result<Origins> {
+        let mut list = Vec::new();
+        for v in values {
+            let o = normalize(v).map_err(|why| {
+                Error::Invalid(format!(
+                    "--allowed-origin {}: {why}; write it as a browser sends it, e.g. \
+                     https://app.example.com or http://127.0.0.1:8080",
+                    shown(v)
+                ))
+            })?;
+            if !list.contains(&o) {
+                list.push(o);
+            }
+        }
+        Ok(Origins(list))
+    }
+
+    /// True if `origin` (an `Origin` header's value) is one of them.
+    pub fn allows(&self, origin: &str) -> bool {
+        normalize(origin).is_ok_and(|o| self.0.contains(&o))
+    }
+
+    /// True when none is allowed.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// An origin as browsers serialize it, or why `v` is not one.
+fn normalize(v: &str) -> std::result::Result<String, &'static str> {
+    let v = v.trim().trim_end_matches('/').to_ascii_lowercase();
+    if v == "null" {
+        return Err("`null` is the origin of sandboxed and local pages, any of them anywhere");
+    }
+    if v == "*" {
+        return Err("a wildcard would let every page in: name each origin");
+    }
+    let (scheme, rest) = v
+        .split_once("://")
+        .ok_or("an origin is scheme://host[:port]")?;
+    if scheme.is_empty()
+        || !scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        || !scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+    {
+        return Err("the scheme is not one");
+    }
+    if rest.contains(['/', '?', '#', '@']) {
+        return Err("an origin has no path, query, fragment or user name");
+    }
+    // `[v6]` or a name, then `:port` or nothing.
+    let (host, port) = if rest.starts_with('[') {
+        let end = rest.find(']').map_or(rest.len(), |i| i + 1);
+        let (h, p) = rest.split_at(end);
+        match p {
+            "" => (h, None),
+            p => (h, Some(p.strip_prefix(':').ok_or("the host is not one")?)),
+        }
+    } else {
+        match rest.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (rest, None),
+        }
+    };
+    let host_ok = if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        !inner.is_empty()
+            && inner
+                .chars()
+                .all(|c| c.is_ascii_hexdigit() || ":.".contains(c))
+    } else {
+        !host.is_empty()
+            && host
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-._~".contains(c))
+    };
+    if !host_ok {
+        return Err("the host is not one");
+    }
+    let port = match port {
+        None => None,
+        Some(p) => match p.parse::<u16>() {
+            Ok(n) if n > 0 && p.bytes().all(|b| b.is_ascii_digit()) => Some(n),
+            _ => return Err("the port is not a number from 1 to 65535"),
+        },
+    };
+    Ok(match (scheme, port) {
+        ("http", Some(80)) | ("https", Some(443)) | (_, None) => format!("{scheme}://{host}"),
+        (_, Some(p)) => format!("{scheme}://{host}:{p}"),
+    })
+}
+
+/// The route a request's method and path name, if one.
+fn route_of(method: &str, path: &str) -> Option<Route> {
+    match Route::find(method, path) {
+        Matched::Route(r, _) => Some(r),
+        _ => None,
+    }
+}
+
+/// True if `head` is a CORS preflight: `OPTIONS` with `Origin` and
+/// `Access-Control-Request-Method`.
+pub fn is_preflight(head: &Head) -> bool {
+    head.method == "OPTIONS"
+        && head.header("origin").is_some()
+        && head.header("access-control-request-method").is_some()
+}
+
+/// The answer to a preflight (see [`is_preflight`]); no token is asked for.
+pub fn preflight(origins: &Origins, head: &Head) -> Response {
+    let origin = head.header("origin").unwrap_or_default();
+    let method = head
+        .header("access-control-request-method")
+        .unwrap_or_default();
+    let mut resp = match preflight_grant(origins, head, origin, method) {
+        Ok(route) => {
+            let mut resp = Response::new(
+                200,
+                vec![
+                    ("Access-Control-Allow-Origin", origin.to_string()),
+                    ("Access-Control-Allow-Methods", route.method().to_string()),
+                    ("Access-Control-Allow-Headers", ALLOWED_HEADERS.join(", ")),
+                    ("Access-Control-Max-Age", MAX_AGE.to_string()),
+                ],
+                Vec::new(),
+            );
+            // Chromium's Private Network Access: a public page asking for an agent on a
+            // loopback or private address.
+            if head
+                .header("access-control-request-private-network")
+                .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+            {
+                resp.headers
+                    .push(("Access-Control-Allow-Private-Network", "true".into()));
+            }
+            resp.route = route.template();
+            resp
+        }
+        Err((e, route)) => {
+            let mut resp = super::app::error_response(e.into());
+            resp.route = route.map_or("", Route::template);
+            resp
+        }
+    };
+    resp.headers.push((
+        "Vary",
+        "Origin, Access-Control-Request-Method, Access-Control-Request-Headers".into(),
+    ));
+    resp
+}
+
+/// The route a preflight may go on to, or why not.
+fn preflight_grant(
+    origins: &Origins,
+    head: &Head,
+    origin: &str,
+    method: &str,
+) -> std::result::Result<Route, (Error, Option<Route>)> {
+    let browser_routes = || {
+        let names: Vec<String> = super::routes::Route::ALL
+            .iter()
+            .filter(|r| for_browsers(**r))
+            .map(|r| format!("{} {}", r.method(), r.template()))
+            .collect();
+        names.join(", ")
+    };
+    let Some(route) = route_of(method, &head.path).filter(|r| for_browsers(*r)) else {
+        return Err((
+            Error::Forbidden(format!(
+                "pages from other origins may call only {}; a preflight for {} {} is refused",
+                browser_routes(),
+                shown(method),
+                shown(&head.path)
+            )),
+            None,
+        ));
+    };
+    if !origins.allows(origin) {
+        return Err((
+            Error::Forbidden(refused(origin, "call this agent")),
+            Some(route),
+        ));
+    }
+    let asked = head
+        .all("access-control-request-headers")
+        .flat_map(|v| v.split(','))
+        .map(|h| h.trim().to_ascii_lowercase())
+        .filter(|h| !h.is_empty());
+    for h in asked {
+        if !ALLOWED_HEADERS.contains(&h.as_str()) {
+            return Err((
+                Error::Forbidden(format!(
+                    "pages may not send the header {} on {} {}; they may send {}",
+                    shown(&h),
+                    route.method(),
+                    route.template(),
+                    ALLOWED_HEADERS.join(", ")
+                )),
+                Some(route),
+            ));
+        }
+    }
+    Ok(route)
+}
+
+/// Adds the CORS headers to `resp`, an answer to `head`, where they belong: `Vary:
+/// Origin` on every answer of a browser route, and the grant when its `Origin` is allowed.
+pub fn decorate(origins: &Origins, head: &Head, resp: &mut Response) {
+    if head.method == "OPTIONS" || !route_of(&head.method, &head.path).is_some_and(for_browsers) {
+        return;
+    }
+    resp.headers.push(("Vary", "Origin".into()));
+    if let Some(origin) = head.header("origin")
+        && origins.allows(origin)
+    {
+        resp.headers
+            .push(("Access-Control-Allow-Origin", origin.trim().to_string()));
+        resp.headers
+            .push(("Access-Control-Expose-Headers", EXPOSED_HEADERS.into()));
+    }
+}
+
+/// Why pages of `origin` may not do `what`, and what to do about it.
+pub fn refused(origin: &str, what: &str) -> String {
+    if origin.trim().eq_ignore_ascii_case("null") {
+        format!(
+            "pages of an opaque origin (`Origin: null`: sandboxed frames, file: pages) may not \
+             {what}; serve the page from an origin named by --allowed-origin"
+        )
+    } else {
+        let o = shown(origin);
+        format!("pages from origin {o} may not {what}: start serve with --allowed-origin {o}")
+    }
+}
+
+/// At most 80 characters of a value sent by a client, without controls.
+fn shown(v: &str) -> String {
+    let mut s: String = v.chars().take(80).filter(|c| !c.is_control()).collect();
+    if v.chars().count() > 80 {
+        s.push('…');
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::http::parse_head;
+
+    fn head(raw: &str) -> Head {
+        parse_head(raw.as_bytes(), 100).unwrap()
+    }
+
+    fn header<'a>(resp: &'a Response, name: &str) -> Option<&'a str> {
+        resp.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn origins() -> Origins {
+        Origins::parse(&[
+            "https://App.example/".into(),
+            "http://127.0.0.1:8080".into(),
+        ])
+        .unwrap()
+    }
+
+    #[test]
+    fn origins_are_normalized_as_browsers_send_them() {
+        let o = origins();
+        assert!(o.allows("https://app.example"));
+        assert!(o.allows("https://APP.example:443"));
+        assert!(o.allows("http://127.0.0.1:8080"));
+        for no in [
+            "http://app.example",
+            "https://app.example:8443",
+            "https://app.example.evil",
+            "http://127.0.0.1",
+            "null",
+            "",
+            "https://app.example/x",
+        ] {
+            assert!(!o.allows(no), "{no}");
+        }
+        let v6 = Origins::parse(&["http://[::1]:3000".into()]).unwrap();
+        assert!(v6.allows("http://[::1]:3000"));
+        assert!(!v6.allows("http://[::1]"));
+        assert_eq!(
+            Origins::parse(&["http://x:80".into(), "http://x".into()]).unwrap(),
+            Origins(vec!["http://x".into()])
+        );
+    }
+
+    #[test]
+    fn values_that_are_not_origins_are_refused_clearly() {
+        for (bad, why) in [
+            ("app.example", "scheme://host"),
+            ("https://app.example/path", "no path"),
+            ("https://user@app.example", "no path"),
+            ("https://app.example:0", "port"),
+            ("https://app.example:99999", "port"),
+            ("https://app.example:+1", "port"),
+            ("https://", "host"),
+            ("https://a b", "host"),
+            ("null", "sandboxed"),
+            ("*", "wildcard"),
+            ("1http://x", "scheme"),
+        ] {
+            let e = Origins::parse(&[bad.into()]).unwrap_err();
+            assert!(e.message().contains(why), "{bad}: {}", e.message());
+            assert!(e.message().contains("--allowed-origin"), "{bad}");
+        }
+    }
+
+    #[test]
+    fn only_browser_routes_get_headers_and_only_for_allowed_origins() {
+        let o = origins();
+        let answer = |raw: &str| {
+            let mut resp = Response::new(200, vec![], vec![]);
+            decorate(&o, &head(raw), &mut resp);
+            resp
+        };
+        let ok = answer("GET /v1/events HTTP/1.1\r\nOrigin: https://app.example\r\n\r\n");
+        assert_eq!(
+            header(&ok, "access-control-allow-origin"),
+            Some("https://app.example")
+        );
+        assert_eq!(header(&ok, "vary"), Some("Origin"));
+        assert!(header(&ok, "access-control-allow-credentials").is_none());
+        let other = answer("GET /v1/events HTTP/1.1\r\nOrigin: https://evil.example\r\n\r\n");
+        assert!(header(&other, "access-control-allow-origin").is_none());
+        assert_eq!(header(&other, "vary"), Some("Origin"));
+        for raw in [
+            "GET /v1/jobs HTTP/1.1\r\nOrigin: https://app.example\r\n\r\n",
+            "POST /v1/jobs/job_00000000000000000000/cancel HTTP/1.1\r\nOrigin: https://app.example\r\n\r\n",
+            "GET /v1/jobs/job_00000000000000000000/pty HTTP/1.1\r\nOrigin: https://app.example\r\n\r\n",
+        ] {
+            let r = answer(raw);
+            assert!(r.headers.is_empty(), "{raw}: {:?}", r.headers);
+        }
+        for raw in [
+            "POST /v1/events/tickets HTTP/1.1\r\nOrigin: http://127.0.0.1:8080\r\n\r\n",
+            "GET /v1/jobs/job_00000000000000000000/log?follow=true HTTP/1.1\r\nOrigin: http://127.0.0.1:8080\r\n\r\n",
+            "POST /v1/jobs/job_00000000000000000000/log/tickets HTTP/1.1\r\nOrigin: http://127.0.0.1:8080\r\n\r\n",
+            "POST /v1/jobs/job_00000000000000000000/pty/tickets HTTP/1.1\r\nOrigin: http://127.0.0.1:8080\r\n\r\n",
+        ] {
+            let r = answer(raw);
+            assert_eq!(
+                header(&r, "access-control-allow-origin"),
+                Some("http://127.0.0.1:8080"),
+                "{raw}"
+            );
+        }
+    }
+
+    #[test]
+    fn preflights_grant_allowed_origins_and_refuse_the_rest_clearly() {
+        let o = origins();
+        let pre = |extra: &str, target: &str| {
+            preflight(
+                &o,
+                &head(&format!(
+                    "OPTIONS {target} HTTP/1.1\r\nOrigin: https://app.example\r\n{extra}\r\n"
+                )),
+            )
+        };
+        let ok = pre(
+            "Access-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: authorization,Content-Type\r\n",
+            "/v1/events/tickets",
+        );
+        assert_eq!(ok.status, 200);
+        assert_eq!(
+            header(&ok, "access-control-allow-origin"),
+            Some("https://app.example")
+        );
+        assert_eq!(header(&ok, "access-control-allow-methods"), Some("POST"));
+        assert!(
+            header(&ok, "access-control-allow-headers")
+                .unwrap()
+                .contains("authorization")
+        );
+        assert!(header(&ok, "access-control-allow-private-network").is_none());
+        let pna = pre(
+            "Access-Control-Request-Method: GET\r\nAccess-Control-Request-Headers: last-event-id\r\nAccess-Control-Request-Private-Network: true\r\n",
+            "/v1/events?ticket=x",
+        );
+        assert_eq!(pna.status, 200);
+        assert_eq!(
+            header(&pna, "access-control-allow-private-network"),
+            Some("true")
+        );
+        let refused = |r: Response, needle: &str| {
+            assert_eq!(r.status, 403, "{needle}");
+            assert!(header(&r, "access-control-allow-origin").is_none());
+            let text = String::from_utf8_lossy(&r.body);
+            assert!(text.contains(needle), "{text}");
+        };
+        refused(
+            pre(
+                "Access-Control-Request-Method: POST\r\n",
+                "/v1/jobs/job_00000000000000000000/cancel",
+            ),
+            "may call only",
+        );
+        refused(
+            pre("Access-Control-Request-Method: DELETE\r\n", "/v1/events"),
+            "DELETE /v1/events is refused",
+        );
+        refused(
+            pre(
+                "Access-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: x-custom\r\n",
+                "/v1/events/tickets",
+            ),
+            "header x-custom",
+        );
+        let evil = preflight(
+            &o,
+            &head(
+                "OPTIONS /v1/events/tickets HTTP/1.1\r\nOrigin: https://evil.example\r\nAccess-Control-Request-Method: POST\r\n\r\n",
+            ),
+        );
+        refused(evil, "--allowed-origin https://evil.example");
+    }
+}

@@ -1,0 +1,98 @@
+//! Secret occurrences in a whole text, and the tails that may still become one: what the
+//! terminal wire needs, which masks cells of a drawn line rather than a byte stream.
+
+use super::spell::{Pattern, WRAP_MIN_CORE, Walk};
+use super::{Finder, MIN_SECRET_LEN, base64_cores};
+
+/// Finds secret occurrences (every spelling the redactor masks) in a text given whole.
+pub struct Spotter {
+    finder: Finder,
+    patterns: Vec<Pattern>,
+    /// Bytes that can begin an occurrence of some pattern.
+    first: [bool; 256],
+}
+
+impl Spotter {
+    /// A spotter for these secret values; `None` when none of them is masked.
+    pub fn new(secrets: &[&[u8]]) -> Option<Spotter> {
+        let mut texts: Vec<(Vec<u8>, bool)> = Vec::new();
+        for &value in secrets {
+            if value.len() < MIN_SECRET_LEN {
+                continue;
+            }
+            texts.push((value.to_vec(), false));
+            for core in base64_cores(value) {
+                let wraps = core.len() >= WRAP_MIN_CORE;
+                texts.push((core, wraps));
+            }
+        }
+        texts.sort_unstable();
+        texts.dedup();
+        if texts.is_empty() {
+            return None;
+        }
+        let patterns: Vec<Pattern> = texts.iter().map(|(t, w)| Pattern::new(t, *w)).collect();
+        let mut first = [false; 256];
+        for p in &patterns {
+            for sp in p.spellings(0) {
+                for &b in &sp[0] {
+                    first[usize::from(b)] = true;
+                }
+            }
+        }
+        Some(Spotter {
+            finder: Finder::new(&texts),
+            patterns,
+            first,
+        })
+    }
+
+    /// The most bytes one occurrence takes.
+    pub fn max_len(&self) -> usize {
+        self.finder.max_len
+    }
+
+    /// The byte span of every occurrence in `hay` (a wrapped one as one span per line),
+    /// sorted, possibly overlapping.
+    pub fn find(&self, hay: &[u8]) -> Vec<(usize, usize)> {
+        let mut found = Vec::new();
+        self.finder
+            .find(hay, hay.len(), &mut Walk::default(), &mut found);
+        found.sort_unstable();
+        found
+    }
+
+    /// The earliest `s >= from` such that `hay[s..]` is a proper prefix of an occurrence:
+    /// from there on, the text may still turn into a secret.
+    pub fn prefix_start(&self, hay: &[u8], from: usize) -> Option<usize> {
+        let lo = from.max(hay.len().saturating_sub(self.max_len()));
+        (lo..hay.len()).find(|&s| {
+            self.first[usize::from(hay[s])] && self.patterns.iter().any(|p| p.is_prefix_at(hay, s))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_in_any_spelling_are_found_and_others_are_not() {
+        let s = Spotter::new(&[b"sk-live/1234"]).unwrap();
+        assert_eq!(s.prefix_start(b"echo sk-li", 0), Some(5));
+        assert_eq!(s.prefix_start(b"echo sk-live%2", 0), Some(5));
+        assert_eq!(s.prefix_start(b"echo sk-live\\u00", 0), Some(5));
+        assert_eq!(s.prefix_start(b"echo hi", 0), None);
+        assert_eq!(s.prefix_start(b"echo sk-lx", 0), None);
+        // A whole occurrence is not a proper prefix.
+        assert_eq!(s.prefix_start(b"sk-live/1234", 0), None);
+        assert_eq!(s.find(b"a sk-live%2F1234 b"), vec![(2, 16)]);
+        assert_eq!(s.prefix_start(b"ss", 0), Some(1));
+    }
+
+    #[test]
+    fn no_secrets_no_spotter() {
+        assert!(Spotter::new(&[b"abc"]).is_none());
+        assert!(Spotter::new(&[]).is_none());
+    }
+}
