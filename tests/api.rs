@@ -671,7 +671,8 @@ fn long_polls_on_jobs_and_output() {
         .json();
     assert_eq!(
         p,
-        json!({"offset": next, "nextOffset": next, "data": "", "eof": true, "done": true})
+        json!({"offset": next, "nextOffset": next, "data": "", "eof": true, "done": true,
+               "pending": ""})
     );
     let v = c.get(&format!("/v1/jobs/{id}?waitSeconds=30")).json();
     assert_eq!(v["status"], "succeeded");

@@ -687,8 +687,8 @@ fn a_job_that_takes_its_lock_and_kills_its_supervisor_blocks_no_reader() {
     let s = Server::start_in(Arc::clone(&sb), "127.0.0.1:0", &[]);
     let (v, _) = start_lock_thief(&sb);
     let id = id_of(&v);
-    // A reader waits up to 2 s for another reader's verdict on a locked job, then
-    // answers with the record as it is.
+    // A reader goes by whether the supervisor the record names is alive, not by the
+    // lock: the first one settles the job (tests/robust.rs checks how truthfully).
     let bound = Duration::from_secs(5);
     let mut c = client_within(&s, Duration::from_secs(30));
     for path in [

@@ -4,6 +4,7 @@
 //! goes through, and a job that plants terminal escapes where the command line prints.
 
 use std::fs;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::util::*;
@@ -134,7 +135,27 @@ fn a_job_that_stops_the_fork_server_holds_no_later_start() {
     }
     let s = Server::start(&[]);
     let fs = fork_server(&s);
-    // As a root job can: stop the server every start but the spare it holds goes through.
+    // As a root job can: stop the spare the next start is to be handed to (forked once
+    // this job's own start took the one before).
+    let v = start_promptly(
+        &s,
+        &format!(
+            "i=0; while [ $i -lt 500 ]; do for p in $(ps -o pid= --ppid {fs}); do \
+             [ \"$(cat /proc/$p/comm)\" = gitterm-spare ] && kill -STOP $p && exit 0; done; \
+             i=$((i+1)); sleep 0.01; done; exit 1"
+        ),
+    );
+    assert_eq!(v["status"], "succeeded", "no spare to stop: {v:#}");
+    for i in 0..2 {
+        let v = start_promptly(&s, &format!("echo past a stopped spare {i}"));
+        assert_eq!(v["status"], "succeeded", "{v:#}");
+        assert_eq!(
+            text(&v, "output"),
+            format!("past a stopped spare {i}\n"),
+            "{v:#}"
+        );
+    }
+    // And the server every start but the spare it holds goes through.
     let v = start_promptly(&s, &format!("kill -STOP {fs}"));
     assert_eq!(v["status"], "succeeded", "{v:#}");
     eventually(PROMPT, "the fork server to be stopped", || {
@@ -145,13 +166,22 @@ fn a_job_that_stops_the_fork_server_holds_no_later_start() {
         assert_eq!(v["status"], "succeeded", "{v:#}");
         assert_eq!(text(&v, "output"), format!("start {i}\n"), "{v:#}");
     }
-    // And one that keeps stopping it (and whatever replaced it) while starts go on.
+    // The stopped server was given up: ended, and reaped (no zombie for serve's life).
+    eventually(
+        PROMPT,
+        "the stopped fork server to be ended and reaped",
+        || proc_state(fs).is_none().then_some(()),
+    );
+    // And one that keeps stopping it and the spare supervisors it forks ahead (each of
+    // which a start is handed to) while starts go on.
     let serve = s.pid();
     let stopper = start_promptly(
         &s,
         &format!(
-            "while :; do for p in $(ps -o pid= --ppid {serve}); do \
-             [ \"$(cat /proc/$p/comm)\" = gitterm-forks ] && kill -STOP $p; done; \
+            "while :; do for f in $(ps -o pid= --ppid {serve}); do \
+             [ \"$(cat /proc/$f/comm)\" = gitterm-forks ] || continue; kill -STOP $f; \
+             for p in $(ps -o pid= --ppid $f); do \
+             [ \"$(cat /proc/$p/comm)\" = gitterm-spare ] && kill -STOP $p; done; done; \
              sleep 0.01; done > /dev/null 2>&1 & echo started"
         ),
     );
@@ -317,4 +347,208 @@ fn an_input_the_job_never_reads_is_answered_with_what_was_delivered() {
     let (r, _) = post_stdin(&s, &id, b"more", false);
     assert_eq!(r.status, 409, "{}", r.text());
     assert_eq!(r.json()["error"]["delivered"], 0, "{}", r.text());
+}
+
+// ---------------------------------------------------------------------------------------
+// A job that kills its supervisor and keeps its lock is settled at once, truthfully.
+// ---------------------------------------------------------------------------------------
+
+/// How long a listing or a read of a job whose supervisor is dead may take here: above the
+/// README's 2 s for a loaded machine, below the 8 s a listing took while each of its two
+/// reads of such a job waited 2 s, swept, and waited 2 s more.
+const READ_BOUND: Duration = Duration::from_secs(5);
+
+/// A root job that kills its supervisor once a process of its own waits for the job's
+/// folder lock (which it then holds; with `escape` that process clears the job's marker
+/// first, so no sweep finds it), keeping a marked `sleep` for the sweep to end. `lock` is
+/// the file it locks, relative to the job's folder (`.`: the folder, the supervisor's
+/// lock). It waits for its folder first: that is renamed into place once the shell runs,
+/// and `flock` would make a file of that name before. Returns the job's id, the holder's
+/// pid and the sleeper's pid.
+fn lock_thief(s: &Server, lock: &str, escape: bool) -> (String, i32, i32) {
+    let unmark = if escape { "env -u GITTERM_JOB_ID " } else { "" };
+    let command = format!(
+        "D={}/jobs/$GITTERM_JOB_ID; L=$D/{lock}; \
+         while [ ! -d \"$D\" ]; do sleep 0.01; done; \
+         {unmark}flock \"$L\" sh -c 'echo $$ > locked.pid; exec sleep 600' & \
+         sleep 600 & echo $! > sleeper.pid; \
+         sleep 0.3; kill -9 $PPID; wait",
+        s.home.display()
+    );
+    let r = s.client().post(
+        "/v1/jobs",
+        &json!({"command": command, "background": true, "timeoutSeconds": 300}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    let id = id_of(&v);
+    s.sb.remember(&id);
+    let holder = s.sb.pid_from("locked.pid");
+    let sleeper = s.sb.pid_from("sleeper.pid");
+    let sup = int(&v, "supervisorPid");
+    eventually(PROMPT, "the supervisor to be gone", || {
+        matches!(proc_state(sup), None | Some('Z')).then_some(())
+    });
+    (id, holder, sleeper)
+}
+
+/// `GET path` within [`READ_BOUND`].
+fn get_promptly(s: &Server, path: &str) -> Value {
+    let mut c = s.client();
+    c.r.get_ref().set_timeout(Duration::from_secs(30));
+    let t = Instant::now();
+    let r = c.get(path);
+    assert!(
+        t.elapsed() < READ_BOUND,
+        "GET {path} took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(r.status, 200, "GET {path}: {}", r.text());
+    r.json()
+}
+
+/// The listing's entry for job `id`.
+fn listed(list: &Value, id: &str) -> Value {
+    list["jobs"]
+        .as_array()
+        .and_then(|j| j.iter().find(|e| e["id"] == id))
+        .unwrap_or_else(|| panic!("{id} is not listed: {list:#}"))
+        .clone()
+}
+
+fn thief_is_settled_at_once(sb: Sandbox, escape: bool) {
+    if !is_root() {
+        eprintln!("note: not root, so a job cannot kill its supervisor; skipping");
+        return;
+    }
+    let s = Server::start_in(Arc::new(sb), "127.0.0.1:0", &[]);
+    let (id, holder, sleeper) = lock_thief(&s, ".", escape);
+    // The first reader is a listing: it settles the job, however the lock is held.
+    let list = get_promptly(&s, "/v1/jobs");
+    let entry = listed(&list, &id);
+    assert_eq!(entry["status"], "lost", "{entry:#}");
+    assert!(entry.get("unsettled").is_none(), "{entry:#}");
+    let rec = get_promptly(&s, &format!("/v1/jobs/{id}"));
+    assert_eq!(rec["status"], "lost", "{rec:#}");
+    let reason = text(&rec, "reason");
+    // What was ended is counted and named: the sleeper at least, never "0".
+    assert!(!alive(sleeper.into()), "the sweep left the sleeper alive");
+    assert!(
+        !reason.contains(" 0 remaining") && reason.contains(&format!("{sleeper} sleep")),
+        "the reason does not own up to what was ended: {reason}"
+    );
+    if escape {
+        assert!(
+            alive(holder.into()),
+            "the holder should have escaped the sweep"
+        );
+        // The lock is `flock`'s, the parent of the shell that wrote its pid.
+        let flock = fs::read_to_string(format!("/proc/{holder}/stat"))
+            .ok()
+            .and_then(|st| {
+                st.rsplit(')')
+                    .next()?
+                    .split_whitespace()
+                    .nth(1)?
+                    .parse::<i32>()
+                    .ok()
+            })
+            .expect("the holder's parent");
+        assert!(
+            reason.contains(&format!("held by process {flock} flock"))
+                && reason.contains("left running"),
+            "the reason does not name the lock holder left running: {reason}"
+        );
+        // Ours to end, now that the agent could not find them by marker or cgroup.
+        for p in [holder, flock] {
+            kill(p, libc::SIGKILL);
+            eventually(PROMPT, "the escaped processes to die", || {
+                (!alive(p.into())).then_some(())
+            });
+        }
+    } else {
+        eventually(PROMPT, "the holder to be ended with its job", || {
+            (!alive(holder.into())).then_some(())
+        });
+        assert!(
+            reason.contains(&holder.to_string()) && !reason.contains("left running"),
+            "{reason}"
+        );
+    }
+    // And the command line reads it as quickly.
+    let t = Instant::now();
+    let out = s.sb.run(&["status"]);
+    assert!(t.elapsed() < READ_BOUND, "status took {:?}", t.elapsed());
+    assert!(out.stdout.contains(&format!("{id}  lost")), "{out:#?}");
+}
+
+#[test]
+fn a_job_that_kills_its_supervisor_and_holds_its_lock_is_lost_at_once() {
+    thief_is_settled_at_once(Sandbox::new(), false);
+}
+
+#[test]
+fn a_lock_holder_that_escaped_the_sweep_is_named_and_the_job_is_lost_at_once() {
+    // Without a cgroup, clearing the marker is enough to escape the sweep.
+    thief_is_settled_at_once(Sandbox::without_cgroup(), true);
+}
+
+#[test]
+fn a_listing_says_what_it_could_not_settle_and_a_read_settles_it() {
+    if !is_root() {
+        eprintln!("note: not root, so a job cannot kill its supervisor; skipping");
+        return;
+    }
+    let s = Server::start(&[]);
+    // The job holds the lock the readers settle under, and kills its supervisor.
+    let (id, holder, _) = lock_thief(&s, ".settle.lock", false);
+    let list = get_promptly(&s, "/v1/jobs");
+    let entry = listed(&list, &id);
+    assert_eq!(entry["status"], "running", "{entry:#}");
+    assert!(
+        text(&entry, "unsettled").contains("another reader is settling"),
+        "{entry:#}"
+    );
+    let out = s.sb.run(&["status"]);
+    assert!(
+        out.stdout.contains(&format!("{id}  running*"))
+            && out.stdout.contains(&format!("* {id}: ")),
+        "{out:#?}"
+    );
+    // One job's read waits its 2 s, then settles the job anyway.
+    let rec = get_promptly(&s, &format!("/v1/jobs/{id}"));
+    assert_eq!(rec["status"], "lost", "{rec:#}");
+    assert!(rec.get("unsettled").is_none(), "{rec:#}");
+    eventually(PROMPT, "the holder to be ended with its job", || {
+        (!alive(holder.into())).then_some(())
+    });
+}
+
+#[test]
+fn input_reaches_the_job_as_it_arrives_not_when_the_body_ends() {
+    let s = Server::start(&[]);
+    let id = interactive(&s, "cat");
+    let mut c = s.client();
+    c.r.get_ref().set_timeout(LONG);
+    // A chunked body whose first line comes now and whose end comes only once the job
+    // has shown that line: a request that waits for more of the body first never ends.
+    let head = format!(
+        "POST /v1/jobs/{id}/stdin?close=true HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n\
+         6\r\nfirst\n\r\n",
+        s.token
+    );
+    c.write_raw(head.as_bytes()).unwrap();
+    let log = s.home.join("jobs").join(&id).join("output.log");
+    eventually(PROMPT, "the first line in the job's output", || {
+        fs::read_to_string(&log)
+            .ok()?
+            .contains("first\n")
+            .then_some(())
+    });
+    c.write_raw(b"5\r\nlast\n\r\n0\r\n\r\n").unwrap();
+    let r = c.read_response().expect("an answer");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = ended(&s, &id);
+    assert_eq!(text(&v, "output"), "first\nlast\n", "{v:#}");
 }

@@ -1,6 +1,12 @@
 //! The server's side of the HTTP layer: admission, dispatch to the handlers, the error
 //! answers and the request log.
 //!
+//! Browsers: a CORS preflight is answered before anything else (it never carries a
+//! token; see [`super::cors`]), and the answers of the browser routes get their CORS
+//! headers here. A ticket (`?ticket=T`, for a page that cannot send the bearer header)
+//! stands in for the token: it is checked where the token would be, and used up only
+//! once every other check has passed, so a request refused for anything leaves it unused.
+//!
 //! Order of checks for each request, all before its body is read: a public route
 //! (`GET /v1/health`) needs nothing; everything else is authenticated first (so an
 //! unauthenticated client learns nothing, not even which routes exist), then routed
@@ -51,9 +57,6 @@ pub struct App {
     /// The largest request body (`--max-body`), for a body this handler streams itself.
     max_body: u64,
 }
-
-/// How long a ticket is valid.
-pub use super::auth::TICKET_TTL;
 
 /// A request's place among those that wait; given back on drop. It owns its share of the
 /// count, so a streamed answer (a followed log) can hold it after its handler returned.

@@ -140,8 +140,9 @@ fn normalize(v: &str) -> std::result::Result<String, &'static str> {
     })
 }
 
-/// The route a request's method and path name, if one.
+/// The route a request's method and path name, if one (`HEAD` is its `GET`'s).
 fn route_of(method: &str, path: &str) -> Option<Route> {
+    let method = if method == "HEAD" { "GET" } else { method };
     match Route::find(method, path) {
         Matched::Route(r, _) => Some(r),
         _ => None,
@@ -207,7 +208,7 @@ fn preflight_grant(
     method: &str,
 ) -> std::result::Result<Route, (Error, Option<Route>)> {
     let browser_routes = || {
-        let names: Vec<String> = super::routes::Route::ALL
+        let names: Vec<String> = Route::ALL
             .iter()
             .filter(|r| for_browsers(**r))
             .map(|r| format!("{} {}", r.method(), r.template()))
@@ -378,6 +379,13 @@ mod tests {
         );
         assert_eq!(header(&ok, "vary"), Some("Origin"));
         assert!(header(&ok, "access-control-allow-credentials").is_none());
+        let head_of = answer(
+            "HEAD /v1/jobs/job_00000000000000000000/log HTTP/1.1\r\nOrigin: https://app.example\r\n\r\n",
+        );
+        assert_eq!(
+            header(&head_of, "access-control-allow-origin"),
+            Some("https://app.example")
+        );
         let other = answer("GET /v1/events HTTP/1.1\r\nOrigin: https://evil.example\r\n\r\n");
         assert!(header(&other, "access-control-allow-origin").is_none());
         assert_eq!(header(&other, "vary"), Some("Origin"));

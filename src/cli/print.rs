@@ -77,6 +77,7 @@ pub fn human(d: Duration) -> String {
 
 pub fn print_table(list: &[Listed]) {
     let now = SystemTime::now();
+    let mut notes = Vec::new();
     println!(
         "{:<24}  {:<9}  {:>5}  {:>8}  {:>7}  COMMAND",
         "ID", "STATUS", "AGE", "DURATION", "EXIT"
@@ -106,10 +107,18 @@ pub fn print_table(list: &[Listed]) {
                     .map(|c| if hidden(c) { ' ' } else { c })
                     .take(60)
                     .collect();
+                // Listed as recorded, because this listing could not settle it: said below.
+                let status = match r.extra.get(crate::state::store::UNSETTLED) {
+                    Some(why) => {
+                        notes.push(format!("* {}: {}", r.id, shown(why.as_str().unwrap_or(""))));
+                        format!("{}*", r.status.as_str())
+                    }
+                    None => r.status.as_str().to_string(),
+                };
                 println!(
                     "{:<24}  {:<9}  {:>5}  {:>8}  {:>7}  {cmd}",
                     r.id,
-                    r.status.as_str(),
+                    status,
                     age,
                     dur,
                     shown(&exit)
@@ -119,6 +128,9 @@ pub fn print_table(list: &[Listed]) {
                 println!("{:<24}  {:<9}  {}", shown(id), "corrupt", shown(error))
             }
         }
+    }
+    for n in notes {
+        println!("{n}");
     }
 }
 

@@ -73,7 +73,7 @@ impl Control {
 
     /// Appends `data` to the job's stdin, then closes it if `close`. Each chunk waits up to
     /// [`BUSY_WAIT`] for the job to make room; an error leaves the chunks before it
-    /// delivered (see [`Control::stdin_chunk`] to know how many).
+    /// delivered (a caller that must know how many sends with [`Control::stdin_chunk`]).
     pub fn stdin(&mut self, data: &[u8], close: bool) -> Result<()> {
         for chunk in data.chunks(MAX_CHUNK) {
             self.stdin_chunk(chunk, Instant::now() + BUSY_WAIT)?;
@@ -113,7 +113,12 @@ impl Control {
 
     /// Closes the job's stdin once what it was sent is written (on a terminal: sends ^D).
     pub fn close(&mut self) -> Result<()> {
-        self.call(b"close\n")
+        match self.call_raw(b"close\n") {
+            Ok(reply) => reply,
+            // The supervisor went away between the input and the close: the job ended, and
+            // its stdin with it, which is what was asked.
+            Err(_) => Ok(()),
+        }
     }
 
     /// Resizes the job's terminal.
@@ -123,26 +128,34 @@ impl Control {
 
     /// Sends one request and reads its reply.
     fn call(&mut self, req: &[u8]) -> Result<()> {
-        let lost = |e: std::io::Error| {
-            Error::Conflict(format!("the job's supervisor did not answer: {e}"))
-        };
-        self.r.get_mut().write_all(req).map_err(lost)?;
+        self.call_raw(req).unwrap_or_else(|e| {
+            Err(Error::Conflict(format!(
+                "the job's supervisor did not answer: {e}"
+            )))
+        })
+    }
+
+    /// [`Control::call`], telling a supervisor that is gone (`Err`) from its reply.
+    fn call_raw(&mut self, req: &[u8]) -> std::io::Result<Result<()>> {
+        self.r.get_mut().write_all(req)?;
         let mut line = String::new();
-        self.r.read_line(&mut line).map_err(lost)?;
+        if self.r.read_line(&mut line)? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
         let line = line.trim_end();
         if line == "ok" {
-            return Ok(());
+            return Ok(Ok(()));
         }
         let rest = line
             .strip_prefix("err ")
             .unwrap_or("conflict the job ended");
         let (code, msg) = rest.split_once(' ').unwrap_or((rest, ""));
         let msg = msg.to_string();
-        Err(match code {
+        Ok(Err(match code {
             "busy" => Error::RateLimited(msg),
             "invalid" => Error::Invalid(msg),
             _ => Error::Conflict(msg),
-        })
+        }))
     }
 }
 

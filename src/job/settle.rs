@@ -3,9 +3,8 @@
 //! through here, so they all agree; pruning reads the settled list.
 
 use std::fs;
-use std::io;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::model::error::{Error, Result};
 use crate::model::record::{LOST_BOOT, LOST_SUPERVISOR};
@@ -13,13 +12,26 @@ use crate::model::{JobId, JobRecord, Status};
 use crate::state::layout::*;
 use crate::state::store::{Listed, Store};
 
-/// How long a reader waits for a lock held by someone other than a live supervisor.
+/// How long a reader of one job waits for another reader's verdict on it, or for a start
+/// still under way to record its supervisor.
 const SETTLE_WAIT: Duration = Duration::from_secs(2);
 
-/// True if the record names a supervisor that is still the process it was.
+/// How long a listing waits for any one job: a job it cannot settle in that time is
+/// listed as recorded, with why (`unsettled`), and never holds the listing up.
+pub const LIST_WAIT: Duration = Duration::from_millis(100);
+
+pub use crate::state::store::UNSETTLED;
+
+/// The readers' own lock in a job's folder, taken to settle it: the supervisor's lock
+/// cannot serve, since a job process may hold that one (see [`load`]).
+const SETTLE_LOCK: &str = ".settle.lock";
+
+/// True if the record names a supervisor that is still the process it was, and alive
+/// (not a zombie waiting for its parent).
 fn supervisor_alive(rec: &JobRecord) -> bool {
     match (rec.supervisor_pid, rec.supervisor_start) {
-        (Some(pid), Some(start)) => crate::os::proc::stat(pid).is_some_and(|s| s.start == start),
+        (Some(pid), Some(start)) => crate::os::proc::stat(pid)
+            .is_some_and(|s| s.start == start && crate::os::proc::alive(&s)),
         _ => false,
     }
 }
@@ -48,25 +60,71 @@ pub fn nudge_running(store: &Store) -> usize {
         .count()
 }
 
-/// What the sweep of a lost job did, truthfully: what was ended, what survived, and
-/// what cannot be found at all.
-fn describe(sw: &crate::os::proc::Sweep) -> String {
+/// What the sweep of a lost job did, truthfully: what was ended (counted and named),
+/// what survived, who holds the job's lock, and what cannot be found at all.
+fn describe(sw: &crate::os::proc::Sweep, lock_holders: &[i32]) -> String {
     let found = if sw.had_cgroup {
         "in the job's cgroup or carrying its marker"
     } else {
         "carrying the job's marker (it had no cgroup)"
     };
     let mut s = format!("{} remaining processes {found} were ended", sw.ended);
+    if !sw.named.is_empty() {
+        let more = sw.ended.saturating_sub(sw.named.len());
+        s.push_str(&format!(" ({}", sw.named.join(", ")));
+        if more > 0 {
+            s.push_str(&format!(" and {more} more"));
+        }
+        s.push(')');
+    }
     if sw.survivors > 0 {
         s.push_str(&format!("; {} could not be ended", sw.survivors));
+    }
+    // The lock holders that outlived the sweep: neither in the cgroup nor marked.
+    let left: Vec<String> = lock_holders
+        .iter()
+        .filter(|&&p| crate::os::proc::stat(p).is_some_and(|st| crate::os::proc::alive(&st)))
+        .map(|&p| crate::os::proc::describe_pid(p))
+        .collect();
+    if !left.is_empty() {
+        s.push_str(&format!(
+            "; the job's lock is held by process {}, which is neither in its cgroup nor \
+             carries its marker, and was left running",
+            left.join(", ")
+        ));
     }
     s.push_str("; a process that left the cgroup and cleared the marker cannot be found");
     s
 }
 
 /// Reads a record and settles a `running` one whose supervisor is gone (or whose boot
-/// is over) into `lost`, ending whatever the job left behind.
+/// is over) into `lost`, ending whatever the job left behind. Waits at most about
+/// [`SETTLE_WAIT`] for anyone else (then settles anyway, see [`load_within`]).
 pub fn load(store: &Store, id: &JobId) -> Result<JobRecord> {
+    load_within(store, id, SETTLE_WAIT, true)
+}
+
+/// [`load`] for a listing: waits at most [`LIST_WAIT`] for another reader's verdict or a
+/// start under way, then gives the record as it is with [`UNSETTLED`] saying why.
+pub fn load_listed(store: &Store, id: &JobId) -> Result<JobRecord> {
+    load_within(store, id, LIST_WAIT, false)
+}
+
+/// The record as recorded, marked as not settled by this read, and why.
+fn unsettled(mut rec: JobRecord, why: &str) -> JobRecord {
+    rec.extra.insert(UNSETTLED.into(), why.into());
+    rec
+}
+
+/// Reads and settles, waiting at most `wait` for others: a start that has not recorded
+/// its supervisor yet, or another reader settling the job. Past that, a start under way
+/// is reported [`UNSETTLED`]; another reader's settling too, unless `anyway` (one job's
+/// read): then this reader settles the job itself.
+///
+/// Whether the supervisor is gone is decided by the process the record names (its pid
+/// and start time), not by the folder's lock alone: a job process that takes the lock
+/// once it killed its supervisor must not make its job look alive, nor make readers wait.
+fn load_within(store: &Store, id: &JobId, wait: Duration, anyway: bool) -> Result<JobRecord> {
     let mut rec = store.read_raw(id)?;
     if rec.status != Status::Running {
         return Ok(rec);
@@ -76,71 +134,82 @@ pub fn load(store: &Store, id: &JobId) -> Result<JobRecord> {
         (Some(then), now) => !now.is_empty() && *then != now,
         _ => false,
     };
-    // The lock decides; the boot id only names the reason. A lock we cannot even open
-    // (out of fds, say) proves nothing, so the job stays as recorded.
-    let _lock = match store.open_lock(id) {
-        Ok(l) => match l.try_lock() {
-            Ok(()) => Some(l),
-            Err(std::fs::TryLockError::WouldBlock) => {
-                // Held by the supervisor (really running), or by another reader that
-                // is settling a job whose supervisor is gone: then wait for its verdict,
-                // so every reader agrees (a prune must not see "running" meanwhile).
-                // Another reader settling it, a supervisor of an older version still
-                // writing its first record (this one's folder appears only once the
-                // record names the supervisor), or a job process that took the lock and
-                // killed its supervisor: look again until the record names a live
-                // supervisor or the lock is free, for a bounded time, then report the
-                // job as recorded.
-                let mut deadline = std::time::Instant::now() + SETTLE_WAIT;
-                let mut swept = false;
-                loop {
+    // Free: the supervisor is gone (it holds it for its whole life). Held: by the
+    // supervisor, by another reader settling, or by a job process; the record decides.
+    let folder = store.open_lock(id).ok();
+    let mut held = folder.as_ref().is_some_and(|l| l.try_lock().is_ok());
+    if !held {
+        // Only a supervisor recorded whole (pid and start time) can be known to be gone.
+        if rec.supervisor_pid.is_some() && rec.supervisor_start.is_some() {
+            if supervisor_alive(&rec) {
+                return Ok(rec);
+            }
+        } else {
+            // No supervisor recorded yet: a start under way (a supervisor of an older
+            // version writing its first record; this one's folder appears only once the
+            // record names it). Look again until it does, or the lock is free.
+            let deadline = Instant::now() + wait;
+            loop {
+                std::thread::sleep(Duration::from_millis(5));
+                rec = store.read_raw(id)?;
+                if rec.status != Status::Running {
+                    return Ok(rec);
+                }
+                if rec.supervisor_pid.is_some() && rec.supervisor_start.is_some() {
                     if supervisor_alive(&rec) {
                         return Ok(rec);
                     }
-                    match l.try_lock() {
-                        Ok(()) => break,
-                        Err(std::fs::TryLockError::WouldBlock)
-                            if std::time::Instant::now() < deadline =>
-                        {
-                            std::thread::sleep(Duration::from_millis(5));
-                            rec = store.read_raw(id)?;
-                            if rec.status != Status::Running {
-                                return Ok(rec);
-                            }
-                        }
-                        // Its supervisor started and is gone, yet the lock stays held: by
-                        // a process of the job itself (it took the lock and killed its
-                        // supervisor). End the job's processes, which frees the lock, then
-                        // settle it; another reader holding it is neither in the job's
-                        // cgroup nor carries its marker, so it is not touched.
-                        Err(std::fs::TryLockError::WouldBlock)
-                            if rec.supervisor_pid.is_some() && !swept =>
-                        {
-                            swept = true;
-                            crate::os::proc::sweep_job(
-                                id.as_str(),
-                                rec.cgroup.as_deref().map(Path::new),
-                            );
-                            deadline = std::time::Instant::now() + SETTLE_WAIT;
-                        }
-                        Err(_) => return Ok(rec),
-                    }
+                    break;
                 }
-                Some(l)
+                if folder.as_ref().is_some_and(|l| l.try_lock().is_ok()) {
+                    held = true;
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    return Ok(unsettled(
+                        rec,
+                        "its start is under way: whoever starts it holds its lock and has \
+                         not recorded its supervisor yet; read it again",
+                    ));
+                }
             }
-            Err(_) => return Ok(rec),
-        },
-        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-        Err(_) => return Ok(rec),
-    };
-    // Re-read under the lock: the supervisor may have written its final record just
-    // before it exited.
+        }
+    }
+    // The supervisor is gone: it may have written its final record just before.
     rec = store.read_raw(id)?;
     if rec.status != Status::Running {
         return Ok(rec);
     }
+    // Readers settle one at a time, under their own lock.
+    let guard = settle_lock(store, id, wait);
+    if guard.is_none() && !anyway {
+        return Ok(unsettled(
+            store.read_raw(id)?,
+            "its supervisor is gone and another reader is settling it; read it again",
+        ));
+    }
+    // Re-read under the lock: another reader may have settled the job meanwhile.
+    rec = store.read_raw(id)?;
+    if rec.status != Status::Running {
+        if guard.is_some() {
+            // Made just now by this reader, after the job was settled: not left behind.
+            let _ = fs::remove_file(store.job_dir(id).join(SETTLE_LOCK));
+        }
+        return Ok(rec);
+    }
     let sweep = (!stale_boot)
         .then(|| crate::os::proc::sweep_job(id.as_str(), rec.cgroup.as_deref().map(Path::new)));
+    // Whoever still holds the folder's lock is a process of the job (or a reader of an
+    // older version): named, ended or not.
+    let holders = if held {
+        Vec::new()
+    } else {
+        let me = std::process::id() as i32;
+        crate::os::proc::flock_holders(&store.job_dir(id))
+            .into_iter()
+            .filter(|&p| p != me)
+            .collect()
+    };
     for f in LEGACY.iter().chain([&RESERVE, &FINAL_RECORD]) {
         let _ = fs::remove_file(store.job_dir(id).join(f));
     }
@@ -152,9 +221,9 @@ pub fn load(store: &Store, id: &JobId) -> Result<JobRecord> {
         Some(sw) if rec.supervisor_pid.is_none() => format!(
             "the job never started: whoever was starting it stopped before its supervisor \
              ran; {}",
-            describe(&sw)
+            describe(&sw, &holders)
         ),
-        Some(sw) => format!("{LOST_SUPERVISOR}; {}", describe(&sw)),
+        Some(sw) => format!("{LOST_SUPERVISOR}; {}", describe(&sw, &holders)),
     });
     rec.ended_at = Some(crate::text::timefmt::now());
     rec.output_bytes = store.output_size(id);
@@ -162,7 +231,34 @@ pub fn load(store: &Store, id: &JobId) -> Result<JobRecord> {
         .write_record(&rec)
         .map_err(|e| Error::io(format!("recording job {id} as lost"), e))?;
     crate::state::events::record(store.root(), crate::state::events::LOST, &rec);
+    // Readers waiting on it find the record final; a later one makes a new one.
+    let _ = fs::remove_file(store.job_dir(id).join(SETTLE_LOCK));
+    drop(guard);
     Ok(rec)
+}
+
+/// Takes the readers' lock of job `id`, waiting at most `wait`; `None` if another reader
+/// (or whatever holds it) kept it that long, or it cannot be made.
+fn settle_lock(store: &Store, id: &JobId, wait: Duration) -> Option<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(store.job_dir(id).join(SETTLE_LOCK))
+        .ok()?;
+    let deadline = Instant::now() + wait;
+    loop {
+        match f.try_lock() {
+            Ok(()) => return Some(f),
+            Err(fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(_) => return None,
+        }
+    }
 }
 
 /// Every job, newest first; unreadable records are listed as corrupt.
@@ -174,7 +270,7 @@ pub fn list(store: &Store) -> Vec<Listed> {
         .filter_map(|e| {
             let name = e.ok()?.file_name();
             let id = JobId::parse(name.to_str()?)?;
-            Some(match load(store, &id) {
+            Some(match load_listed(store, &id) {
                 Ok(r) => Listed::Job(Box::new(r)),
                 Err(Error::NotFound(_)) => return None, // pruned meanwhile
                 Err(e) => Listed::Corrupt {

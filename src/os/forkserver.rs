@@ -106,9 +106,10 @@ const NUDGE_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
 /// The reply that carries the pipe (an error is its message instead).
 const OK: &[u8] = b"k";
 
-/// The server's offer of a spare: its request socket and the read end of its stdout. The
-/// caller hands a start to the spare itself, so a start's path crosses one process, not
-/// two (the server's relay cost some 60 us of wake-ups and copies).
+/// The server's offer of a spare: its request socket and the read end of its stdout, and
+/// as text after this byte the spare's pid and start time. The caller hands a start to the
+/// spare itself, so a start's path crosses one process, not two (the server's relay cost
+/// some 60 us of wake-ups and copies).
 const OFFER: &[u8] = b"s";
 
 /// The caller's word that it took the spare offered: the server forks the next one.
@@ -189,6 +190,18 @@ impl ForkServer {
         if line.spare.is_none() && !line.retired {
             line.spare = take_offer(line.sock.as_fd());
         }
+        // A spare that something stopped would hold the start until the launcher's own
+        // bound: it holds nothing of any job yet, so it is ended and another way taken.
+        if let Some(spare) = line.spare.take_if(|s| stopped(s.pid, s.start)) {
+            super::pidfd::signal_verified(
+                spare.pid,
+                spare.start,
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            if !line.retired {
+                send(line.sock.as_fd(), TAKEN, &[])?;
+            }
+        }
         if let Some(spare) = line.spare.take() {
             let handed = send(spare.sock.as_fd(), &req, &fds);
             // Taken or found dead, the server makes the next one. A spare outlives a
@@ -239,9 +252,9 @@ impl ForkServer {
                 continue;
             }
             let (data, got) = receive(line.sock.as_fd(), 2, MsgFlags::empty())?;
-            if data == OFFER {
+            if data.starts_with(OFFER) {
                 // The next spare, made meanwhile: kept for the next start.
-                line.spare = offered(got);
+                line.spare = offered(&data, got);
                 continue;
             }
             return match got.into_iter().next() {
@@ -256,17 +269,36 @@ impl ForkServer {
 
     /// True if the server is stopped (by a signal or a tracer), or gone.
     fn stopped(&self) -> bool {
-        match super::proc::stat(self.pid) {
-            Some(s) if s.start == self.start => matches!(s.state, 'T' | 't' | 'Z' | 'X'),
-            _ => true,
-        }
+        stopped(self.pid, self.start)
     }
 
     /// Gives the server up: kills it (a stopped process dies of SIGKILL too), so that a
     /// request it holds is never acted on later, and refuses later starts at once.
     fn retire(&self, line: &mut Line) {
         line.retired = true;
-        super::pidfd::signal_verified(self.pid, self.start, nix::sys::signal::Signal::SIGKILL);
+        if let Some(p) = super::pidfd::Pidfd::open(self.pid, self.start)
+            && p.signal(nix::sys::signal::Signal::SIGKILL)
+            && p.wait_exit(std::time::Duration::from_millis(500))
+        {
+            // Our child: reaped, so that it does not stay a zombie for serve's whole life.
+            let _ = nix::sys::wait::waitpid(
+                nix::unistd::Pid::from_raw(self.pid),
+                Some(nix::sys::wait::WaitPidFlag::WNOHANG),
+            );
+        }
+    }
+}
+
+/// True if the process that started at `start` is stopped (by a signal or a tracer), or
+/// gone. Without its start time (no `/proc` when it was forked) it cannot be told apart
+/// from another process, and the answer is no.
+fn stopped(pid: i32, start: u64) -> bool {
+    if start == 0 {
+        return false;
+    }
+    match super::proc::stat(pid) {
+        Some(s) if s.start == start => matches!(s.state, 'T' | 't' | 'Z' | 'X'),
+        _ => true,
     }
 }
 
@@ -285,12 +317,17 @@ fn send(sock: BorrowedFd<'_>, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
 }
 
 /// The spare of an offer's fds.
-fn offered(fds: Vec<OwnedFd>) -> Option<Spare> {
+fn offered(data: &[u8], fds: Vec<OwnedFd>) -> Option<Spare> {
     let mut fds = fds.into_iter();
+    let text = std::str::from_utf8(data.get(OFFER.len()..)?).ok()?;
+    let mut nums = text.split(' ').map(|n| n.parse::<u64>().ok());
+    let (pid, start) = (nums.next()??, nums.next()??);
     match (fds.next(), fds.next()) {
         (Some(sock), Some(out)) => Some(Spare {
             sock,
             out: File::from(out),
+            pid: i32::try_from(pid).ok()?,
+            start,
         }),
         _ => None,
     }
@@ -299,7 +336,7 @@ fn offered(fds: Vec<OwnedFd>) -> Option<Spare> {
 /// An offer waiting on the caller's socket, if one is there (none is not waited for).
 fn take_offer(sock: BorrowedFd<'_>) -> Option<Spare> {
     match receive(sock, 2, MsgFlags::MSG_DONTWAIT) {
-        Ok((data, fds)) if data == OFFER => offered(fds),
+        Ok((data, fds)) if data.starts_with(OFFER) => offered(&data, fds),
         _ => None,
     }
 }
@@ -356,6 +393,9 @@ struct Spare {
     sock: OwnedFd,
     /// The read end of its stdout, the launcher's channel.
     out: File,
+    /// The spare process, which becomes the supervisor: its pid and start time.
+    pid: i32,
+    start: u64,
 }
 
 /// A connected pair of Unix sequenced-packet sockets (one request, one message), closed
@@ -408,6 +448,10 @@ fn fork_spare(entry: Entry) -> io::Result<Spare> {
             libc::setsid();
             libc::signal(libc::SIGCHLD, libc::SIG_DFL);
             libc::prctl(libc::PR_SET_NAME, c"gitterm-spare".as_ptr(), 0, 0, 0);
+            // Named first on the launcher's channel (as the supervisor names itself), so
+            // that a launcher waiting for its start can continue it if something stops it.
+            let named = format!("pid {}\n", std::process::id());
+            let _ = nix::unistd::write(BorrowedFd::borrow_raw(1), named.as_bytes());
             let request = BorrowedFd::borrow_raw(SPARE_REQUEST);
             // EOF: the server is gone, and so is this spare's reason to be.
             let code = match receive(request, 3, MsgFlags::empty()) {
@@ -416,12 +460,15 @@ fn fork_spare(entry: Entry) -> io::Result<Spare> {
             };
             libc::_exit(code)
         },
-        _ => {
+        pid => {
             drop(theirs);
             drop(w);
             Ok(Spare {
                 sock: ours,
                 out: File::from(r),
+                pid,
+                // Our child, reaped only once it exits: its pid is its own meanwhile.
+                start: super::proc::stat(pid).map_or(0, |s| s.start),
             })
         }
     }
@@ -463,7 +510,9 @@ fn serve(entry: Entry, sock: OwnedFd) {
         if !offered && let Ok(spare) = fork_spare(entry) {
             // The server keeps no copy: the spare sees EOF once the caller is gone.
             let fds = [spare.sock.as_raw_fd(), spare.out.as_raw_fd()];
-            offered = send(sock.as_fd(), OFFER, &fds).is_ok();
+            let mut offer = OFFER.to_vec();
+            offer.extend_from_slice(format!("{} {}", spare.pid, spare.start).as_bytes());
+            offered = send(sock.as_fd(), &offer, &fds).is_ok();
         }
         let Ok((req, fds)) = receive(sock.as_fd(), 3, MsgFlags::empty()) else {
             return;

@@ -180,14 +180,73 @@ pub fn signal_name(sig: i32) -> String {
 }
 
 /// What a sweep of a job whose supervisor is gone did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Sweep {
     /// Whether the job's cgroup was found (it holds every process that did not leave it).
     pub had_cgroup: bool,
     /// Processes signalled.
     pub ended: usize,
+    /// The first of those, as `PID NAME` (the name with its control characters dropped).
+    pub named: Vec<String>,
     /// Processes found but still alive after the sweep (not ours to signal, say).
     pub survivors: usize,
+}
+
+/// How many ended processes a sweep names.
+const NAMED: usize = 8;
+
+/// `PID NAME` for a process (its `comm`, which it chooses: control characters dropped).
+pub fn describe_pid(pid: i32) -> String {
+    let comm = read_kernel_file(format!("/proc/{pid}/comm")).unwrap_or_default();
+    let comm: String = comm
+        .trim_end()
+        .chars()
+        .filter(|c| !c.is_control())
+        .collect();
+    if comm.is_empty() {
+        pid.to_string()
+    } else {
+        format!("{pid} {comm}")
+    }
+}
+
+/// The processes that hold an flock on the file or folder at `path`, as `/proc/locks`
+/// names them (the pid that took each lock), live ones only.
+pub fn flock_holders(path: &Path) -> Vec<i32> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(md) = fs::metadata(path) else {
+        return Vec::new();
+    };
+    let (major, minor) = (libc::major(md.dev()) as u64, libc::minor(md.dev()) as u64);
+    let Ok(locks) = read_kernel_file("/proc/locks") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for line in locks.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        // `1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF`; a waiter's line has `->`.
+        if f.get(1) != Some(&"FLOCK") {
+            continue;
+        }
+        let (Some(pid), Some(id)) = (f.get(4).and_then(|p| p.parse::<i32>().ok()), f.get(5)) else {
+            continue;
+        };
+        let mut parts = id.split(':');
+        let dev = |p: Option<&str>| p.and_then(|x| u64::from_str_radix(x, 16).ok());
+        let (ma, mi, ino) = (
+            dev(parts.next()),
+            dev(parts.next()),
+            parts.next().and_then(|x| x.parse::<u64>().ok()),
+        );
+        if (ma, mi, ino) == (Some(major), Some(minor), Some(md.ino()))
+            && pid > 0
+            && stat(pid).is_some_and(|s| alive(&s))
+            && !out.contains(&pid)
+        {
+            out.push(pid);
+        }
+    }
+    out
 }
 
 /// Ends every process of a job whose supervisor is gone: its cgroup (only one named for
@@ -200,10 +259,16 @@ pub fn sweep_job(job_id: &str, recorded_cgroup: Option<&Path>) -> Sweep {
     let cg = recorded_cgroup
         .and_then(|p| JobCgroup::recorded(p, job_id))
         .or_else(|| JobCgroup::existing(job_id));
+    let mut in_cgroup = Vec::new();
     if let Some(cg) = &cg {
         report.had_cgroup = true;
-        report.ended += cg.pids().len();
+        let pids = cg.pids();
+        report.ended += pids.len();
+        report
+            .named
+            .extend(pids.iter().take(NAMED).map(|&p| describe_pid(p)));
         cg.kill_all();
+        in_cgroup = pids;
     }
     let marked = || {
         let marker = format!("{}={job_id}", crate::model::spec::JOB_ENV_MARKER);
@@ -215,8 +280,13 @@ pub fn sweep_job(job_id: &str, recorded_cgroup: Option<&Path>) -> Sweep {
         })
     };
     for s in marked() {
-        if signal_verified(s.pid, s.start, Signal::SIGKILL) {
+        let name = describe_pid(s.pid);
+        // One in the cgroup too was counted with it (and may still be dying).
+        if signal_verified(s.pid, s.start, Signal::SIGKILL) && !in_cgroup.contains(&s.pid) {
             report.ended += 1;
+            if report.named.len() < NAMED && !report.named.contains(&name) {
+                report.named.push(name);
+            }
         }
     }
     if let Some(cg) = &cg {

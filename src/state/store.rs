@@ -13,6 +13,10 @@ use crate::text::utf8::{leading_continuations, truncate, utf8_window};
 use super::fsutil::{Unsynced, ensure_private_dir, replace};
 use super::layout::*;
 
+/// The field of a record as read that says why that read could not settle it (see
+/// `job::settle`); never stored, and one found in a stored record is dropped.
+pub const UNSETTLED: &str = "unsettled";
+
 /// One entry of a listing: a record, or a folder whose record cannot be read.
 #[derive(Debug, Clone)]
 pub enum Listed {
@@ -176,11 +180,13 @@ impl Store {
             }
             Err(e) => return Err(Error::io(format!("reading job {id}"), e)),
         };
-        serde_json::from_slice::<JobRecord>(&bytes).map_err(|e| {
+        let mut rec = serde_json::from_slice::<JobRecord>(&bytes).map_err(|e| {
             Error::Internal(format!(
                 "job {id} is corrupt: job.json does not parse ({e})"
             ))
-        })
+        })?;
+        rec.extra.remove(UNSETTLED);
+        Ok(rec)
     }
 
     /// The ids of every job folder (not those still being assembled), in no order.

@@ -13,7 +13,7 @@ use crate::job::control::{BUSY_WAIT, Control, MAX_CHUNK};
 use crate::model::error::Error;
 
 /// `POST /v1/jobs/{id}/stdin[?close=true]`: the raw body, appended to the job's stdin as
-/// it arrives, a chunk at a time (never held whole). Each chunk is taken whole or not at
+/// it arrives, at most [`MAX_CHUNK`] at a time (never held whole). Each is taken whole or not at
 /// all, and waits up to [`BUSY_WAIT`] for the job to read what waits before it; so an
 /// answer is `ok` (all of it delivered), or an error that says how many of the body's
 /// first bytes were (`delivered`): a client resends from there, and nothing is doubled.
@@ -68,18 +68,15 @@ fn write_stdin(
     Ok(())
 }
 
-/// Reads until `buf` is full or the body ends; the bytes read.
+/// Reads what the body has now (waiting for at least a byte), 0 at its end: input goes to
+/// the job as it arrives, not once a whole chunk has.
 fn fill(body: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match body.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
+    loop {
+        match body.read(buf) {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+            r => return r,
         }
     }
-    Ok(n)
 }
 
 /// What the delivery so far was, for a message.

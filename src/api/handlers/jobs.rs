@@ -115,7 +115,7 @@ pub fn list(app: &App, call: &Call<'_>) -> Reply {
             (Place::Corrupt(id), error) => json!({"id": id, "corrupt": true, "error": error}),
             // Read again: only the page's records are ever held whole. One that is gone or
             // changed meanwhile is left out.
-            (Place::Job(_, id), _) => match crate::job::settle::load(&app.store, id) {
+            (Place::Job(_, id), _) => match crate::job::settle::load_listed(&app.store, id) {
                 Ok(r) if wanted(&r) => serde_json::to_value(&r).unwrap_or_default(),
                 _ => continue,
             },
@@ -132,12 +132,13 @@ pub fn list(app: &App, call: &Call<'_>) -> Reply {
     Ok(json!({ "jobs": jobs, "next": next, "eventsCursor": events_cursor }).into())
 }
 
-/// Calls `f` with every job folder's id and its record as [`crate::job::settle::load`] reads
-/// it (so a job whose supervisor is gone is settled), one at a time; folders removed
+/// Calls `f` with every job folder's id and its record as
+/// [`crate::job::settle::load_listed`] reads it (so a job whose supervisor is gone is
+/// settled, and no job holds the scan up for long), one at a time; folders removed
 /// meanwhile are skipped.
 pub(super) fn scan(app: &App, mut f: impl FnMut(JobId, Result<JobRecord>)) {
     for id in app.store.ids() {
-        match crate::job::settle::load(&app.store, &id) {
+        match crate::job::settle::load_listed(&app.store, &id) {
             Err(Error::NotFound(_)) => {}
             loaded => f(id, loaded),
         }

@@ -195,6 +195,94 @@ mod tests {
         }
     }
 
+    /// Builds a tree below `top` from `ops` as a hostile job might: folders entered and
+    /// left, files, symlinks out of it (to `/`, up, to `keep`), hard links to `keep`.
+    fn build(top: &Path, keep: &Path, ops: &[u8]) {
+        let open = |at: &OwnedFd, name: &str| {
+            openat(
+                at,
+                name,
+                OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+                Mode::empty(),
+            )
+            .unwrap()
+        };
+        let mut cur = openat(
+            nix::fcntl::AT_FDCWD,
+            top,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+            Mode::empty(),
+        )
+        .unwrap();
+        let mut depth = 0usize;
+        for (i, op) in ops.iter().enumerate() {
+            let name = format!("n{}", op >> 3);
+            match op & 7 {
+                0..=2 => {
+                    if nix::sys::stat::mkdirat(&cur, name.as_str(), Mode::from_bits_truncate(0o755))
+                        .is_ok()
+                    {
+                        cur = open(&cur, &name);
+                        depth += 1;
+                    }
+                }
+                3 if depth > 0 => {
+                    cur = open(&cur, "..");
+                    depth -= 1;
+                }
+                4 => {
+                    let _ = openat(
+                        &cur,
+                        name.as_str(),
+                        OFlag::O_CREAT | OFlag::O_WRONLY,
+                        Mode::from_bits_truncate(0o600),
+                    );
+                }
+                5 => {
+                    let to = ["/", "..", "../..", "."][i % 4];
+                    let _ = nix::unistd::symlinkat(to, &cur, name.as_str());
+                }
+                6 => {
+                    let _ = nix::unistd::symlinkat(keep, &cur, name.as_str());
+                }
+                _ => {
+                    let _ = nix::unistd::linkat(
+                        nix::fcntl::AT_FDCWD,
+                        keep,
+                        &cur,
+                        name.as_str(),
+                        AtFlags::empty(),
+                    );
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        #[test]
+        fn any_tree_a_job_can_make_is_removed_and_nothing_outside(
+            ops in proptest::collection::vec(any::<u8>(), 0..600),
+        ) {
+            let d = tempfile::tempdir_in("/dev/shm")
+                .or_else(|_| tempfile::tempdir())
+                .unwrap();
+            let root = d.path().join("state");
+            std::fs::create_dir(&root).unwrap();
+            let keep = d.path().join("keep");
+            std::fs::write(&keep, "k").unwrap();
+            let top = d.path().join("top");
+            std::fs::create_dir(&top).unwrap();
+            build(&top, &keep, &ops);
+            super::super::as_user(None, &root, |g| remove(g, &place(&top, g), true))
+                .unwrap()
+                .unwrap();
+            prop_assert!(!top.exists());
+            prop_assert_eq!(std::fs::read(&keep).unwrap(), b"k");
+            prop_assert!(root.exists() && Path::new("/bin").exists());
+        }
+    }
+
     fn place(path: &Path, g: &Guard) -> Place {
         super::super::resolve(g, path.as_os_str().as_bytes(), false, true).unwrap()
     }

@@ -223,6 +223,8 @@ pub fn write_atomic(
                     sys::renameat2(dir, &tmpname, dir, &p.name, Rename::Exchange)?;
                     return Err(STALE);
                 }
+                // The old file's name goes before the folder is synced, with the rest.
+                drop(temp);
                 sync_dir(dir);
                 return Ok(fstat(&file)?);
             }
