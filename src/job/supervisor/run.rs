@@ -234,19 +234,19 @@ impl Supervisor {
 
     /// Learns the secrets of jobs that started since the last look (one `stat` when none
     /// did; `woken`: the folder's watch fired). Before output (`woken` false) it adds all
-    /// it learnt to the masking and returns those values, for the terminal wire to add
-    /// too; on a wake it only reads them (while their job still runs): the index is
-    /// rebuilt once, before the next output, not for every job that starts meanwhile.
-    fn learn_others(&mut self, woken: bool) -> Vec<String> {
+    /// it learnt to the masking, stored and on the terminal wire; on a wake it only reads
+    /// them (while their job still runs): the index is rebuilt once, before the next
+    /// output, not for every job that starts meanwhile.
+    fn learn_others(&mut self, woken: bool) {
         if woken {
             let new = self.others.woken();
             self.others_pending.extend(new);
-            return Vec::new();
+            return;
         }
         let new = self.others.poll();
         self.others_pending.extend(new);
         if self.others_pending.is_empty() {
-            return Vec::new();
+            return;
         }
         let learnt = std::mem::take(&mut self.others_pending);
         let values: Vec<&[u8]> = learnt.iter().map(|v| v.as_bytes()).collect();
@@ -254,7 +254,6 @@ impl Supervisor {
         if let Some(c) = &mut self.control {
             c.add_secrets(&values);
         }
-        learnt
     }
 
     fn reap(&mut self, shell_status: &mut Option<WaitStatus>) {
