@@ -668,8 +668,9 @@ fn start_lock_thief(sb: &Sandbox) -> (Value, i32) {
         "1",
         "--",
         "L=$GITTERM_HOME/jobs/$GITTERM_JOB_ID; \
-         (sleep 0.6; flock -n \"$L\" sh -c 'echo $$ > locked; exec sleep 100') & \
-         sleep 0.3; kill -9 $PPID; sleep 100",
+         S=$PPID; (while kill -0 $S 2>/dev/null; do sleep 0.05; done; \
+         flock -n \"$L\" sh -c 'echo $$ > locked; exec sleep 100') & \
+         sleep 0.3; kill -9 $S; sleep 100",
     ]);
     let id = id_of(&v);
     let holder = sb.pid_from("locked");

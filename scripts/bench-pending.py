@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""How late `pending` shows a prompt: a benchmark, not a test.
+
+Usage: scripts/bench-pending.py [BINARY] [ROUNDS]   (default: target/release/gitterm-agent, 50)
+
+Starts `serve` on a fresh state root and an interactive job that, each round, writes the
+time into a file and then prints a prompt without a newline (`round N> `), and waits for a
+line. A client polls `GET /v1/jobs/{id}` on a kept-alive connection until `pending` is that
+prompt, and answers it. The delay of a round is the time the answer showed the prompt
+minus the time the job wrote it. Printed: p50, p95 and max, once without secrets and once
+with four configured (the floor and the case that matters), and their ratio. The polling
+itself adds up to one request's time (printed as the floor of a round trip).
+"""
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+class Conn:
+    def __init__(self, addr, token):
+        host, port = addr.rsplit(":", 1)
+        self.s = socket.create_connection((host, int(port)), timeout=30)
+        self.token = token
+        self.buf = b""
+
+    def call(self, method, path, body=None):
+        data = b"" if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+        head = (f"{method} {path} HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer {self.token}\r\n"
+                f"Content-Length: {len(data)}\r\n")
+        if body is not None and not isinstance(body, bytes):
+            head += "Content-Type: application/json\r\n"
+        self.s.sendall(head.encode() + b"\r\n" + data)
+        while b"\r\n\r\n" not in self.buf:
+            self.buf += self.s.recv(65536)
+        h, self.buf = self.buf.split(b"\r\n\r\n", 1)
+        n = 0
+        for line in h.split(b"\r\n")[1:]:
+            k, _, v = line.partition(b":")
+            if k.strip().lower() == b"content-length":
+                n = int(v)
+        while len(self.buf) < n:
+            self.buf += self.s.recv(65536)
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return json.loads(out) if out else None
+
+
+def run(exe, rounds, secrets):
+    top = tempfile.mkdtemp(prefix="gitterm-bench-pending-")
+    root = os.path.join(top, "root")
+    stamp = os.path.join(top, "stamp")
+    log = open(os.path.join(top, "serve.log"), "w+")
+    p = subprocess.Popen([exe, "serve", "--listen", "127.0.0.1:0"],
+                         env=dict(os.environ, GITTERM_HOME=root), stderr=log,
+                         stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 30
+        while True:
+            log.seek(0)
+            line = log.readline()
+            if line.endswith("\n"):
+                break
+            if time.time() > deadline:
+                sys.exit("serve did not start")
+            time.sleep(0.05)
+        addr = json.loads(line)["address"]
+        token = open(os.path.join(root, "agent.token")).read().strip()
+        c = Conn(addr, token)
+        rtt = []
+        for _ in range(50):
+            t = time.perf_counter()
+            c.call("GET", "/v1/health")
+            rtt.append((time.perf_counter() - t) * 1000)
+        cmd = (f"i=0; while [ $i -lt {rounds} ]; do "
+               f"python3 -c 'import time; print(time.time(), end=\"\")' > {stamp}.tmp; mv {stamp}.tmp {stamp}; "
+               f"printf 'round %d> ' $i; read x; i=$((i+1)); done")
+        body = {"command": cmd, "interactive": True, "background": True}
+        if secrets:
+            body["secretEnv"] = {f"S{i}": f"sk-live-{i}-4f9a2b7c0d1e" for i in range(4)}
+        job = c.call("POST", "/v1/jobs", body)
+        jid = job["id"]
+        delays = []
+        for i in range(rounds):
+            want = f"round {i}> "
+            while True:
+                v = c.call("GET", f"/v1/jobs/{jid}")
+                if v.get("pending") == want:
+                    seen = time.time()
+                    break
+            wrote = float(open(stamp).read())
+            delays.append((seen - wrote) * 1000)
+            c.call("POST", f"/v1/jobs/{jid}/stdin", b"y\n")
+        c.call("POST", f"/v1/jobs/{jid}/cancel", {})
+        return delays, statistics.median(rtt)
+    finally:
+        p.terminate()
+        p.wait()
+
+
+def main():
+    exe = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "target/release/gitterm-agent")
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 50
+    res = {}
+    for secrets in (False, True):
+        d, rtt = run(exe, rounds, secrets)
+        d.sort()
+        res[secrets] = d
+        name = "4 secrets" if secrets else "no secrets (floor)"
+        print(f"pending delay, {name:>18}: p50 {statistics.median(d):6.2f} ms  "
+              f"p95 {d[int(len(d) * 0.95) - 1]:6.2f} ms  max {d[-1]:6.2f} ms  "
+              f"(a round trip of health: {rtt:.2f} ms)")
+    print(f"ratio (secrets / floor), p50: {statistics.median(res[True]) / max(statistics.median(res[False]), 1e-9):.2f}")
+
+
+if __name__ == "__main__":
+    main()
