@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use crate::text::pipeline::Pipeline;
 
 /// The least time between two writes of the file: a progress bar redrawn a thousand times
-/// a second costs fifty renames, and the first change after a quiet spell is written at
-/// once.
-const MIN_GAP: Duration = Duration::from_millis(20);
+/// a second costs two hundred renames (a few milliseconds of CPU), the first change after
+/// a quiet spell is written at once, and a prompt right after another waits at most this.
+const MIN_GAP: Duration = Duration::from_millis(5);
 
 /// The `pending` file of one job.
 pub(super) struct PendingLine {
