@@ -13,6 +13,8 @@
 pub mod api;
 pub mod cli;
 pub mod job;
+#[cfg(test)]
+mod layering;
 pub mod model;
 pub mod os;
 pub mod state;

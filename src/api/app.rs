@@ -243,7 +243,7 @@ impl App {
             query: &query,
             id: id.as_deref(),
         };
-        let reply = match super::handlers::raw(self, route, &call) {
+        let reply = match raw(self, route, &call) {
             Some(Ok(mut resp)) => {
                 resp.route = route.template();
                 if resp.job_id.is_none() {
@@ -423,6 +423,20 @@ pub(super) fn json_len(v: &Value) -> usize {
     let mut c = Count(0);
     let _ = serde_json::to_writer(&mut c, v);
     c.0
+}
+
+/// The answer of a route that is not JSON (the metrics' text, an event stream, a terminal's
+/// WebSocket), if this request is to one.
+fn raw(app: &App, route: Route, call: &Call<'_>) -> Option<std::result::Result<Response, Failure>> {
+    match route {
+        Route::Metrics => Some(super::handlers::metrics::text(app)),
+        Route::Events if super::handlers::events::wants_stream(call) => {
+            Some(super::handlers::events::stream(app, call))
+        }
+        // A WebSocket: the answer is a 101 that hands the connection over.
+        Route::JobPty => Some(super::handlers::pty::switch(app, call)),
+        _ => None,
+    }
 }
 
 pub(super) fn error_response(f: Failure) -> Response {

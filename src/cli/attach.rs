@@ -103,7 +103,7 @@ pub fn session(store: &Store, id: &JobId, write: bool) -> Result<i32> {
                 let _ = out.write_all(&data);
                 let _ = out.flush();
             }
-            return Ok(super::exec::exit_status(&rec));
+            return Ok(super::exit::exit_status(&rec));
         }
     };
     attached(store, id, viewer, write)
@@ -207,7 +207,7 @@ fn ended(store: &Store, id: &JobId) -> Result<i32> {
     for _ in 0..100 {
         let rec = crate::job::settle::load(store, id)?;
         if rec.status.is_final() {
-            return Ok(super::exec::exit_status(&rec));
+            return Ok(super::exit::exit_status(&rec));
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }

@@ -9,6 +9,7 @@ mod attach;
 mod cancel;
 mod events;
 mod exec;
+mod exit;
 mod follow;
 mod logs;
 mod print;
@@ -20,7 +21,7 @@ use clap::Subcommand;
 use crate::model::error::Result;
 use crate::state::store::Store;
 
-pub use exec::exit_status;
+pub use exit::exit_status;
 pub use print::{diagnostic, human};
 
 /// The end of every command's help: where the state is.

@@ -322,7 +322,7 @@ pub fn start_with_stdin(
                 }
                 Ok(r) if r.status != Status::Running => {}
                 _ => {
-                    crate::os::proc::sweep_job(id.as_str(), None);
+                    crate::os::sweep::sweep_job(id.as_str(), None);
                     let _ = fs::remove_dir_all(&dir);
                 }
             }
@@ -541,7 +541,7 @@ fn spawn_supervisor(
             if let Some(pid) = pid
                 && let Some(st) = crate::os::proc::stat(pid)
             {
-                crate::os::proc::continue_if_stopped(pid, st.start);
+                crate::os::pidfd::continue_if_stopped(pid, st.start);
             }
         },
     );

@@ -41,7 +41,7 @@ fn supervisor_alive(rec: &JobRecord) -> bool {
 /// timeout alive.
 pub fn nudge(rec: &JobRecord) -> bool {
     match (rec.supervisor_pid, rec.supervisor_start) {
-        (Some(pid), Some(start)) => crate::os::proc::continue_if_stopped(pid, start),
+        (Some(pid), Some(start)) => crate::os::pidfd::continue_if_stopped(pid, start),
         _ => false,
     }
 }
@@ -62,7 +62,7 @@ pub fn nudge_running(store: &Store) -> usize {
 
 /// What the sweep of a lost job did, truthfully: what was ended (counted and named),
 /// what survived, who holds the job's lock, and what cannot be found at all.
-fn describe(sw: &crate::os::proc::Sweep, lock_holders: &[i32]) -> String {
+fn describe(sw: &crate::os::sweep::Sweep, lock_holders: &[i32]) -> String {
     let found = if sw.had_cgroup {
         "in the job's cgroup or carrying its marker"
     } else {
@@ -198,7 +198,7 @@ fn load_within(store: &Store, id: &JobId, wait: Duration, anyway: bool) -> Resul
         return Ok(rec);
     }
     let sweep = (!stale_boot)
-        .then(|| crate::os::proc::sweep_job(id.as_str(), rec.cgroup.as_deref().map(Path::new)));
+        .then(|| crate::os::sweep::sweep_job(id.as_str(), rec.cgroup.as_deref().map(Path::new)));
     // Whoever still holds the folder's lock is a process of the job (or a reader of an
     // older version): named, ended or not.
     let holders = if held {

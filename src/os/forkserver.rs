@@ -248,7 +248,7 @@ impl ForkServer {
                 ));
             }
             if !super::poll::readable(&line.sock, left.min(NUDGE_EVERY))? {
-                super::proc::continue_if_stopped(self.pid, self.start);
+                super::pidfd::continue_if_stopped(self.pid, self.start);
                 continue;
             }
             let (data, got) = receive(line.sock.as_fd(), 2, MsgFlags::empty())?;

@@ -53,3 +53,30 @@ impl Pidfd {
 pub fn signal_verified(pid: i32, start: u64, sig: Signal) -> bool {
     Pidfd::open(pid, start).is_some_and(|p| p.signal(sig))
 }
+
+/// Continues the process that started at `start` if it is stopped (by SIGSTOP or a
+/// tracer's stop); true if it was. A job that stops its supervisor (possible only when it
+/// runs as the agent's user) must not freeze the supervision for good.
+pub fn continue_if_stopped(pid: i32, start: u64) -> bool {
+    match stat(pid) {
+        Some(s) if s.start == start && matches!(s.state, 'T' | 't') => {
+            signal_verified(pid, start, Signal::SIGCONT)
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pidfd_refuses_wrong_start_and_low_pids() {
+        let me = std::process::id() as i32;
+        let st = stat(me).unwrap();
+        assert!(Pidfd::open(me, st.start).is_some());
+        assert!(Pidfd::open(me, st.start + 1).is_none());
+        assert!(Pidfd::open(1, 0).is_none());
+        assert!(Pidfd::open(0, 0).is_none());
+    }
+}

@@ -1,8 +1,7 @@
-//! Processes: the only module that talks to the kernel about pids, signals, sessions,
-//! subreapers and cgroups.
+//! Processes as `/proc` shows them: stat lines, trees, liveness, names and lock holders.
+//! Signals that must not reach a reused pid are [`super::pidfd`]'s; ending a lost job's
+//! processes is [`super::sweep`]'s.
 
-use super::cgroup::JobCgroup;
-use super::pidfd::signal_verified;
 use std::fs;
 use std::io;
 use std::path::Path;
@@ -154,18 +153,6 @@ pub fn threads(pid: i32) -> usize {
         .unwrap_or(0)
 }
 
-/// Continues the process that started at `start` if it is stopped (by SIGSTOP or a
-/// tracer's stop); true if it was. A job that stops its supervisor (possible only when it
-/// runs as the agent's user) must not freeze the supervision for good.
-pub fn continue_if_stopped(pid: i32, start: u64) -> bool {
-    match stat(pid) {
-        Some(s) if s.start == start && matches!(s.state, 'T' | 't') => {
-            signal_verified(pid, start, Signal::SIGCONT)
-        }
-        _ => false,
-    }
-}
-
 /// Makes this process the reaper of its orphaned descendants.
 pub fn set_child_subreaper() -> io::Result<()> {
     nix::sys::prctl::set_child_subreaper(true)?;
@@ -178,22 +165,6 @@ pub fn signal_name(sig: i32) -> String {
         .map(|s| s.as_str().to_string())
         .unwrap_or_else(|_| format!("SIG{sig}"))
 }
-
-/// What a sweep of a job whose supervisor is gone did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Sweep {
-    /// Whether the job's cgroup was found (it holds every process that did not leave it).
-    pub had_cgroup: bool,
-    /// Processes signalled.
-    pub ended: usize,
-    /// The first of those, as `PID NAME` (the name with its control characters dropped).
-    pub named: Vec<String>,
-    /// Processes found but still alive after the sweep (not ours to signal, say).
-    pub survivors: usize,
-}
-
-/// How many ended processes a sweep names.
-const NAMED: usize = 8;
 
 /// `PID NAME` for a process (its `comm`, which it chooses: control characters dropped).
 pub fn describe_pid(pid: i32) -> String {
@@ -249,65 +220,9 @@ pub fn flock_holders(path: &Path) -> Vec<i32> {
     out
 }
 
-/// Ends every process of a job whose supervisor is gone: its cgroup (only one named for
-/// the job under our own subtree), and every process that carries the job's marker in its
-/// environment. A process that both left the cgroup and cleared its marker cannot be
-/// found; the report says what was done so that a record never claims more.
-pub fn sweep_job(job_id: &str, recorded_cgroup: Option<&Path>) -> Sweep {
-    let mut report = Sweep::default();
-    // The supervisor's own cgroup path, as recorded, beats one derived from the reader's.
-    let cg = recorded_cgroup
-        .and_then(|p| JobCgroup::recorded(p, job_id))
-        .or_else(|| JobCgroup::existing(job_id));
-    let mut in_cgroup = Vec::new();
-    if let Some(cg) = &cg {
-        report.had_cgroup = true;
-        let pids = cg.pids();
-        report.ended += pids.len();
-        report
-            .named
-            .extend(pids.iter().take(NAMED).map(|&p| describe_pid(p)));
-        cg.kill_all();
-        in_cgroup = pids;
-    }
-    let marked = || {
-        let marker = format!("{}={job_id}", crate::model::spec::JOB_ENV_MARKER);
-        all_processes().into_iter().filter(move |s| {
-            s.pid > 1
-                && s.pid != std::process::id() as i32
-                && fs::read(format!("/proc/{}/environ", s.pid))
-                    .is_ok_and(|env| env.split(|&b| b == 0).any(|kv| kv == marker.as_bytes()))
-        })
-    };
-    for s in marked() {
-        let name = describe_pid(s.pid);
-        // One in the cgroup too was counted with it (and may still be dying).
-        if signal_verified(s.pid, s.start, Signal::SIGKILL) && !in_cgroup.contains(&s.pid) {
-            report.ended += 1;
-            if report.named.len() < NAMED && !report.named.contains(&name) {
-                report.named.push(name);
-            }
-        }
-    }
-    if let Some(cg) = &cg {
-        cg.remove_when_empty(std::time::Duration::from_secs(2));
-        report.survivors += cg.pids().len();
-    }
-    // KILL is not instant: give the marked ones a moment before counting survivors.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(500);
-    let mut left = marked().filter(alive).count();
-    while left > 0 && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-        left = marked().filter(alive).count();
-    }
-    report.survivors += left;
-    report
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::os::pidfd::Pidfd;
 
     #[test]
     fn stat_parses_odd_command_names() {
@@ -334,16 +249,6 @@ mod tests {
         let mut d: Vec<i32> = descendants_in(10, &table).iter().map(|s| s.pid).collect();
         d.sort();
         assert_eq!(d, vec![11, 12, 14]);
-    }
-
-    #[test]
-    fn pidfd_refuses_wrong_start_and_low_pids() {
-        let me = std::process::id() as i32;
-        let st = stat(me).unwrap();
-        assert!(Pidfd::open(me, st.start).is_some());
-        assert!(Pidfd::open(me, st.start + 1).is_none());
-        assert!(Pidfd::open(1, 0).is_none());
-        assert!(Pidfd::open(0, 0).is_none());
     }
 
     #[test]

@@ -149,7 +149,7 @@ impl Started {
                     start = crate::os::proc::stat(self.pid).map(|st| st.start);
                 }
                 if let Some(start) = start {
-                    crate::os::proc::continue_if_stopped(self.pid, start);
+                    crate::os::pidfd::continue_if_stopped(self.pid, start);
                 }
                 continue;
             }

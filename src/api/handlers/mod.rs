@@ -97,21 +97,3 @@ impl From<Error> for Failure {
         }
     }
 }
-
-/// The answer of a route that is not JSON (the metrics' text, an event stream, a terminal's
-/// WebSocket), if this
-/// request is to one.
-pub fn raw(
-    app: &App,
-    route: super::routes::Route,
-    call: &Call<'_>,
-) -> Option<std::result::Result<super::http::Response, Failure>> {
-    use super::routes::Route;
-    match route {
-        Route::Metrics => Some(metrics::text(app)),
-        Route::Events if events::wants_stream(call) => Some(events::stream(app, call)),
-        // A WebSocket: the answer is a 101 that hands the connection over.
-        Route::JobPty => Some(pty::switch(app, call)),
-        _ => None,
-    }
-}

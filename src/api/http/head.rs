@@ -5,7 +5,7 @@ use std::io::{self, BufRead, BufReader};
 use std::time::Instant;
 
 use super::Fault;
-use super::conn::Limits;
+use super::Limits;
 use super::net::{Stream, is_timeout};
 
 /// A parsed request head.

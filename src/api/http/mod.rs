@@ -25,10 +25,57 @@ use std::fs::File;
 use std::time::Duration;
 
 pub use body::{BodyReader, Framing, framing, parse_chunk_size};
-pub use conn::{Limits, State, run};
+pub use conn::{State, run};
 pub use encode::{BodyOut, encode, reason};
 pub use head::{Head, parse_head};
 pub use net::{Listener, Stream};
+
+/// What the server accepts from clients, and how long it waits for them.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest request body, in bytes.
+    pub max_body: u64,
+    /// Largest request head (request line and headers), in bytes.
+    pub max_head: usize,
+    /// Most header lines in one request.
+    pub max_headers: usize,
+    /// Most connections open at once. At the cap, a new connection takes the place of an
+    /// idle one (see `Table::victim`); when none is idle it is answered 429 and closed.
+    pub max_connections: usize,
+    /// How long a kept-alive connection may sit idle before the next request starts.
+    pub idle_timeout: Duration,
+    /// How long a client may take to send a whole head: the first one from the accept,
+    /// later ones from their first byte.
+    pub head_timeout: Duration,
+    /// How long a client may take to send a whole body, from the end of its head.
+    pub body_timeout: Duration,
+    /// How long writing one response may take in all, however slowly the client reads. A
+    /// streamed body ([`Streamed`]: a file, or chunks as they come, such as a
+    /// followed log) may last as long as its source has more; each block of it (at most
+    /// 1 MiB) and each chunk must then leave within this time of its start, so a client
+    /// that stops reading is still cut off.
+    pub write_timeout: Duration,
+    /// Stack size of connection threads.
+    pub stack_size: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body: 8 << 20,
+            max_head: 64 << 10,
+            max_headers: 100,
+            max_connections: 1024,
+            idle_timeout: Duration::from_secs(60),
+            head_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(60),
+            write_timeout: Duration::from_secs(30),
+            // serde_json stops at 128 levels of nesting; this leaves room for that in
+            // debug builds. Untouched stack pages cost no memory.
+            stack_size: 512 << 10,
+        }
+    }
+}
 
 /// A connection handed to a handler after its `101 Switching Protocols` response: the
 /// socket, and whatever the client sent after the request that was already read.
