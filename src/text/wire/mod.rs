@@ -170,6 +170,10 @@ pub struct WireMasker {
     col: usize,
     /// `col` is the terminal's column (not only relative to where the model began).
     known: bool,
+    /// The cursor's row on the screen, where the model knows it: a terminal's own
+    /// screen begins with the job (its first row at the top), and absolute positioning
+    /// says where it is again after the model lost track.
+    screen: Option<usize>,
     insert: bool,
     /// The last character went into the last column: the next one wraps first.
     wrap_next: bool,
@@ -198,6 +202,7 @@ impl WireMasker {
             row: 0,
             col: 0,
             known: true,
+            screen: Some(0),
             insert: false,
             wrap_next: false,
             cols: 80,
@@ -226,6 +231,7 @@ impl WireMasker {
     pub fn resize(&mut self, cols: u16, rows: u16) {
         self.cols = usize::from(cols).clamp(1, COLS_MAX);
         self.lines = usize::from(rows).max(1);
+        self.screen = self.screen.map(|s| s.min(self.lines - 1));
     }
 
     /// Whether bytes are held back (a proper prefix of a secret at the cursor).
@@ -559,7 +565,8 @@ impl WireMasker {
                 self.insert || self.wrap_next || overwrites
             }
             // What makes the model forget: the rows are checked while it still has them.
-            Op::Forget | Op::Csi(b'H' | b'f' | b'd', _, _) => true,
+            Op::Forget => true,
+            Op::Csi(b'H' | b'f' | b'd', _, _) => self.screen.is_none(),
             Op::Cr | Op::Bs | Op::Tab | Op::Csi(b'G' | b'`' | b'D' | b'Z', _, _) if !self.known => {
                 true
             }
@@ -583,11 +590,17 @@ impl WireMasker {
                 self.col = 0;
                 self.known = true;
             }
-            Op::Lf => self.down(1),
+            Op::Lf => self.line_feed(),
             Op::Bs => {
-                if self.col > 0 {
-                    self.col =
-                        self.col.min(self.cols - 1) - usize::from(self.col.min(self.cols - 1) > 0);
+                // At the last column a terminal's cursor stays there; from an unknown column
+                // the margin is unknown and the model's column is relative.
+                let at = if self.known {
+                    self.col.min(self.cols - 1)
+                } else {
+                    self.col
+                };
+                if at > 0 {
+                    self.col = at - 1;
                 } else if !self.known {
                     self.forget();
                 }
@@ -610,7 +623,14 @@ impl WireMasker {
                     }
                     self.col = (n(p1) - 1).min(self.cols - 1);
                 }
-                b'C' | b'a' => self.col = (self.col + n(p1)).min(self.cols - 1),
+                b'C' | b'a' => {
+                    let right = self.col + n(p1);
+                    self.col = if self.known {
+                        right.min(self.cols - 1)
+                    } else {
+                        right.min(COLS_MAX - 1)
+                    };
+                }
                 b'D' => {
                     let k = n(p1);
                     if self.col >= k {
@@ -689,15 +709,15 @@ impl WireMasker {
                     }
                 }
                 b'd' => {
-                    // To an absolute row: the model cannot tell which.
-                    let col = self.col;
-                    let known = self.known;
-                    self.forget();
-                    self.col = col;
-                    self.known = known;
+                    let (col, known) = (self.col, self.known);
+                    self.to_screen_row(n(p1) - 1);
+                    if self.known {
+                        self.col = col;
+                        self.known = known;
+                    }
                 }
                 b'H' | b'f' => {
-                    self.forget();
+                    self.to_screen_row(n(p1) - 1);
                     self.col = (n(p2) - 1).min(self.cols - 1);
                     self.known = true;
                 }
@@ -713,7 +733,7 @@ impl WireMasker {
         if self.wrap_next {
             self.wrap_next = false;
             self.col = 0;
-            self.down(1);
+            self.line_feed();
             self.known = true;
             self.cur().wrapped = true;
         }
@@ -764,32 +784,85 @@ impl WireMasker {
         }
     }
 
-    fn down(&mut self, k: usize) {
-        if k > ROWS_KEPT {
-            self.forget();
-            return;
+    /// `\n`: the next row; at the screen's bottom the screen scrolls, which moves every
+    /// row the model has along with the cursor.
+    fn line_feed(&mut self) {
+        if let Some(s) = self.screen {
+            self.screen = Some((s + 1).min(self.lines - 1));
         }
-        for _ in 0..k {
-            self.row += 1;
-            if self.row >= self.top + self.rows.len() as i64 {
-                self.rows.push_back(Row::default());
+        self.move_rows(1);
+    }
+
+    /// Down `k` rows (a cursor move: it stops at the screen's bottom, where the model
+    /// knows where that is).
+    fn down(&mut self, k: usize) {
+        let k = match self.screen {
+            Some(s) => {
+                let k = k.min(self.lines - 1 - s.min(self.lines - 1));
+                self.screen = Some(s + k);
+                k
             }
-            if self.rows.len() > 2 * ROWS_KEPT {
-                self.rows.pop_front();
-                self.top += 1;
+            None => k,
+        };
+        self.move_rows(k as i64);
+    }
+
+    /// Up `k` rows, stopping at the screen's top. Where the model does not know the
+    /// cursor's screen row, it stops at the first row the model has (above it are rows
+    /// the model never saw).
+    fn up(&mut self, k: usize) {
+        match self.screen {
+            Some(s) => {
+                let k = k.min(s);
+                self.screen = Some(s - k);
+                self.move_rows(-(k as i64));
             }
+            None => self.row = (self.row - k as i64).max(self.top),
         }
     }
 
-    /// Up `k` rows, stopping at the first row the model has: a terminal stops at its top
-    /// row, and the rows above the job's first one are not the job's.
-    fn up(&mut self, k: usize) {
-        self.row = (self.row - k as i64).max(self.top);
+    /// To screen row `t` (from 0), as absolute positioning goes: a move where the model
+    /// knows the cursor's screen row, else a fresh start on a row it now knows.
+    fn to_screen_row(&mut self, t: usize) {
+        let t = t.min(self.lines - 1);
+        match self.screen {
+            Some(s) => self.move_rows(t as i64 - s as i64),
+            None => self.forget(),
+        }
+        self.screen = Some(t);
+    }
+
+    /// Moves the cursor `delta` rows, making the rows it reaches and keeping at most
+    /// [`ROWS_KEPT`] on either side.
+    fn move_rows(&mut self, delta: i64) {
+        if delta.unsigned_abs() as usize > ROWS_KEPT {
+            let screen = self.screen;
+            self.forget();
+            self.screen = screen;
+            return;
+        }
+        self.row += delta;
+        while self.row < self.top {
+            self.rows.push_front(Row::default());
+            self.top -= 1;
+        }
+        while self.row >= self.top + self.rows.len() as i64 {
+            self.rows.push_back(Row::default());
+        }
+        while self.rows.len() > 2 * ROWS_KEPT {
+            if self.row - self.top > ROWS_KEPT as i64 {
+                self.rows.pop_front();
+                self.top += 1;
+            } else {
+                self.rows.pop_back();
+            }
+        }
     }
 
     /// The model cannot follow the terminal: it starts over with one blank row at an
     /// unknown column.
     fn forget(&mut self) {
+        self.screen = None;
         self.rows.clear();
         self.rows.push_back(Row::default());
         self.top = self.row;

@@ -9,6 +9,8 @@ use proptest::prelude::*;
 struct Term {
     rows: Vec<Vec<char>>,
     wrapped: Vec<bool>,
+    /// The screen's first row in `rows` (rows above it scrolled off).
+    top: usize,
     row: usize,
     col: usize,
     cols: usize,
@@ -22,6 +24,7 @@ impl Term {
         Term {
             rows: vec![Vec::new()],
             wrapped: vec![false],
+            top: 0,
             row: 0,
             col: 0,
             cols,
@@ -29,6 +32,15 @@ impl Term {
             wrap_next: false,
             insert: false,
         }
+    }
+
+    /// A line feed: down a row, scrolling at the screen's bottom.
+    fn lf(&mut self) {
+        if self.row + 1 - self.top >= LINES {
+            self.top += 1;
+        }
+        self.row += 1;
+        self.line();
     }
 
     fn line(&mut self) -> &mut Vec<char> {
@@ -58,9 +70,8 @@ impl vte::Perform for Term {
     fn print(&mut self, c: char) {
         if self.wrap_next {
             self.wrap_next = false;
-            self.row += 1;
+            self.lf();
             self.col = 0;
-            self.line();
             self.wrapped[self.row] = true;
         }
         let (col, insert, cols) = (self.col, self.insert, self.cols);
@@ -84,10 +95,7 @@ impl vte::Perform for Term {
         self.wrap_next = false;
         match b {
             b'\r' => self.col = 0,
-            b'\n' | 0x0B | 0x0C => {
-                self.row += 1;
-                self.line();
-            }
+            b'\n' | 0x0B | 0x0C => self.lf(),
             0x08 => self.col = self.col.min(self.cols - 1).saturating_sub(1),
             b'\t' => self.col = ((self.col / 8 + 1) * 8).min(self.cols - 1),
             _ => {}
@@ -107,14 +115,27 @@ impl vte::Perform for Term {
             'G' | '`' => self.col = (p(0) - 1).min(self.cols - 1),
             'C' | 'a' => self.col = (self.col + p(0)).min(self.cols - 1),
             'D' => self.col = self.col.min(self.cols - 1).saturating_sub(p(0)),
-            'A' => self.row = self.row.saturating_sub(p(0)),
+            'A' => self.row = self.row.saturating_sub(p(0)).max(self.top),
             'B' | 'e' => {
-                self.row += p(0);
+                self.row = (self.row + p(0)).min(self.top + LINES - 1);
                 self.line();
             }
+            'E' => {
+                self.row = (self.row + p(0)).min(self.top + LINES - 1);
+                self.col = 0;
+                self.line();
+            }
+            'F' => {
+                self.row = self.row.saturating_sub(p(0)).max(self.top);
+                self.col = 0;
+            }
             'H' | 'f' => {
-                self.row = p(0) - 1;
+                self.row = self.top + (p(0) - 1).min(LINES - 1);
                 self.col = (p(1) - 1).min(self.cols - 1);
+                self.line();
+            }
+            'd' => {
+                self.row = self.top + (p(0) - 1).min(LINES - 1);
                 self.line();
             }
             'K' => {
@@ -171,6 +192,9 @@ impl vte::Perform for Term {
     }
 }
 
+/// The reference terminal's height (the masker is told the same).
+const LINES: usize = 24;
+
 fn draw(bytes: &[u8], cols: usize) -> Vec<String> {
     let mut t = Term::new(cols);
     let mut p = vte::Parser::new();
@@ -181,7 +205,7 @@ fn draw(bytes: &[u8], cols: usize) -> Vec<String> {
 const SECRET: &str = "sk-live-4f9a2b7c";
 
 fn mask(chunks: &[&[u8]], cols: u16) -> (Vec<u8>, Vec<usize>) {
-    let mut m = WireMasker::new(&[SECRET.as_bytes()], cols, 24);
+    let mut m = WireMasker::new(&[SECRET.as_bytes()], cols, LINES as u16);
     let mut out = Vec::new();
     let mut held = Vec::new();
     for c in chunks {
@@ -425,4 +449,41 @@ proptest! {
         let (out, _) = mask(&[input.as_bytes()], 80);
         prop_assert_eq!(out, input.as_bytes());
     }
+}
+
+#[test]
+fn from_an_unknown_column_a_backspace_moves_one_left_whatever_the_width() {
+    // After a restored cursor the column is unknown: an overstruck secret far past the
+    // terminal's width (as the model counts) is still seen whole.
+    let mut over = b"\x1b8".to_vec();
+    over.extend_from_slice(&[b'x'; 50]);
+    for c in SECRET.bytes() {
+        over.extend_from_slice(&[c, 8, c]);
+    }
+    let mut m = WireMasker::new(&[SECRET.as_bytes()], 40, 24);
+    let mut out = Vec::new();
+    m.feed(&over, &mut out);
+    m.finish(&mut out);
+    assert!(
+        !String::from_utf8_lossy(&out).contains("7\u{8}7c"),
+        "{:?}",
+        String::from_utf8_lossy(&out)
+    );
+    assert!(
+        shows_secret(&out, 200).is_none(),
+        "{:?}",
+        String::from_utf8_lossy(&out)
+    );
+}
+
+#[test]
+fn absolute_positioning_is_followed_where_the_screen_row_is_known() {
+    // Up from a row the cursor was put on: rows above it are the screen's.
+    assert_masked(b"\x1b[5;3H\rsk-li\x1b[1B\rxx\x1b[1A\x1b[6Gve-4f9a2b7c\r\n");
+    // The secret's halves put in place by absolute moves.
+    assert_masked(b"\x1b[3;6Hve-4f9a2b7c\x1b[3;1Hsk-li\r\n");
+    // Down at the screen's bottom does not move.
+    let mut bottom = b"\x1b[24;1Hsk-li".to_vec();
+    bottom.extend_from_slice(b"\x1b[1B\x1b[6Gve-4f9a2b7c");
+    assert_masked(&bottom);
 }
