@@ -1399,7 +1399,7 @@ fn serve_as_pid_1_reaps_orphans() {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("skipped: cannot create a PID namespace here");
+        skip_root("cannot create a PID namespace here");
         return;
     }
     let sb = Sandbox::new();

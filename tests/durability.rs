@@ -138,7 +138,7 @@ fn a_full_disk_still_records_the_end() {
         .status()
         .is_ok_and(|s| s.success());
     if !mounted {
-        eprintln!("skipped: cannot mount a tmpfs here");
+        skip_root("cannot mount a tmpfs here");
         return;
     }
     struct Unmount(PathBuf);

@@ -250,7 +250,7 @@ fn server_sent_events_arrive_at_once_resume_and_a_stalled_reader_delays_nobody()
         .output()
         .is_err()
     {
-        eprintln!("skipped: no curl");
+        skip("no curl");
         return;
     }
     let s = Server::start(&[]);
@@ -377,7 +377,7 @@ fn metrics_parse_and_count_what_ran() {
             .status()
             .is_ok_and(|st| st.success());
     if !ok {
-        eprintln!("skipped the parser check: prometheus-client unavailable");
+        skip("the parser check: prometheus-client is unavailable");
         return;
     }
     let file = s.dir().join("scrape.txt");

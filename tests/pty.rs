@@ -721,7 +721,7 @@ fn a_terminal_job_of_another_user_owns_its_terminal() {
             .flatten()
             .is_none()
     {
-        eprintln!("skipped: needs root and the user nobody");
+        skip_root("needs root and the user nobody");
         return;
     }
     let sb = Sandbox::new();
