@@ -551,9 +551,12 @@ fn a_job_that_stops_its_supervisor_cannot_hang_the_api() {
             )
         })
     };
-    // The retry arrives while the first request waits.
-    std::thread::sleep(Duration::from_millis(500));
+    // The retry arrives while the first request waits: once its job is listed.
     let mut c = client_within(&s, bound);
+    eventually(PROMPT, "the first request's job to be listed", || {
+        let v = c.get("/v1/jobs").json();
+        v["jobs"].as_array().filter(|j| !j.is_empty()).map(|_| ())
+    });
     let retry = c.send(
         "POST",
         "/v1/jobs",
