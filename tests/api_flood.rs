@@ -104,13 +104,7 @@ impl Server {
 
     /// The server's resident memory, in bytes.
     fn rss(&self) -> u64 {
-        let status =
-            std::fs::read_to_string(format!("/proc/{}/status", self.srv.pid())).unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024)
+        util::rss_bytes(self.srv.pid())
     }
 
     /// Waits until the server runs at least `n` threads (it has taken the connections);

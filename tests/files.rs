@@ -583,12 +583,9 @@ fn a_server_killed_mid_upload_leaves_the_target_as_it_was() {
     assert_eq!(get(&mut s.client(), &f).body, b"before");
 }
 
+/// The resident memory of `pid` in KiB.
 fn rss_kib(pid: u32) -> u64 {
-    let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    st.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
+    crate::util::rss_bytes(pid) >> 10
 }
 
 fn sha256(path: &Path) -> String {

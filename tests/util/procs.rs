@@ -356,6 +356,17 @@ pub fn accept_queue(addr: &str) -> Option<usize> {
         })
 }
 
+/// The resident memory of process `pid` in bytes (`VmRSS` in `/proc/<pid>/status`), or 0
+/// once it is gone.
+pub fn rss_bytes(pid: u32) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
 /// What the open file descriptors of process `pid` name (`/proc/<pid>/fd/*`, as the kernel
 /// spells them: an unnamed `O_TMPFILE` file is `<folder>/#<inode> (deleted)`).
 pub fn open_files(pid: u32) -> Vec<PathBuf> {
