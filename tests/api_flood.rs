@@ -297,17 +297,11 @@ fn long_polls_are_capped_and_do_not_shut_out_health_or_clients() {
 /// A finished job's record, written straight into the state root.
 fn plant_record(root: &Path, i: usize, command: &str) -> String {
     let id = format!("job_{i:020x}");
-    let dir = root.join("jobs").join(&id);
-    std::fs::create_dir_all(&dir).unwrap();
     let at = format!("2026-01-01T00:{:02}:{:02}.000Z", i / 60, i % 60);
-    let rec = json!({
-        "formatVersion": 1, "id": id, "command": command, "cwd": "/", "status": "succeeded",
-        "exitCode": 0, "signal": null, "createdAt": at, "startedAt": at, "endedAt": at,
-        "timeoutSeconds": 60, "pid": 999_999, "pgid": 999_999, "outputBytes": 0,
-        "bootId": "boot-before",
-    });
-    std::fs::write(dir.join("job.json"), rec.to_string()).unwrap();
-    std::fs::write(dir.join("lock"), "").unwrap();
+    util::plant(
+        root,
+        &util::record(&id, command, "succeeded", &at, "boot-before"),
+    );
     id
 }
 

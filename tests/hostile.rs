@@ -765,23 +765,18 @@ fn boot_id() -> String {
 
 /// Writes a record of a running job whose supervisor is gone, as an attacker would.
 fn plant_running(sb: &Sandbox, id: &str, pid: i64, cgroup: Option<&str>) {
-    let dir = sb.job_dir(id);
-    fs::create_dir_all(&dir).unwrap();
     let now = "2026-12-01T00:00:00.000Z";
-    let mut rec = json!({
-        "formatVersion": 1, "id": id, "command": "sleep 60", "cwd": "/", "status": "running",
-        "exitCode": null, "signal": null, "createdAt": now, "startedAt": now, "endedAt": null,
-        "timeoutSeconds": 60, "pid": pid, "pgid": pid, "outputBytes": 0,
-        "bootId": boot_id(),
-        // A supervisor that cannot be alive: the start time matches no process.
-        "supervisorPid": pid, "supervisorStart": 1,
-    });
+    let mut rec = record(id, "sleep 60", "running", now, &boot_id());
+    rec["pid"] = pid.into();
+    rec["pgid"] = pid.into();
+    // A supervisor that cannot be alive: the start time matches no process.
+    rec["supervisorPid"] = pid.into();
+    rec["supervisorStart"] = 1.into();
     if let Some(cg) = cgroup {
         rec["cgroup"] = cg.into();
     }
-    fs::write(dir.join("job.json"), rec.to_string()).unwrap();
-    fs::write(dir.join("lock"), "").unwrap();
-    fs::write(dir.join("output.log"), "").unwrap();
+    plant(sb.home(), &rec);
+    fs::write(sb.job_dir(id).join("output.log"), "").unwrap();
     sb.remember(id);
 }
 
