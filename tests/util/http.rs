@@ -151,6 +151,23 @@ impl Client {
         self.call("POST", path, Some(body))
     }
 
+    /// Starts a job (`POST /v1/jobs` with `body`), fails the test unless it is answered
+    /// 200, and returns the job's record.
+    pub fn start_job(&mut self, body: Value) -> Value {
+        let r = self.post("/v1/jobs", &body);
+        assert_eq!(r.status, 200, "POST /v1/jobs {body}: {}", r.text());
+        r.json()
+    }
+
+    /// [`Client::start_job`], returning the job's id.
+    pub fn start_id(&mut self, body: Value) -> String {
+        let v = self.start_job(body);
+        v["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no id in {v:#}"))
+            .to_string()
+    }
+
     /// Sends a request with extra headers and a raw body, reads the answer and checks it
     /// against the documented schema (panicking with every mismatch).
     pub fn send(
