@@ -27,12 +27,7 @@ fn drain(c: &mut Client, after: &str) -> (Vec<Value>, String) {
 }
 
 fn start_bg(c: &mut Client, cmd: &str, timeout: f64) -> String {
-    let r = c.post(
-        "/v1/jobs",
-        &json!({"command": cmd, "background": true, "timeoutSeconds": timeout}),
-    );
-    assert_eq!(r.status, 200, "{}", r.text());
-    r.json()["id"].as_str().unwrap().to_string()
+    c.start_id(json!({"command": cmd, "background": true, "timeoutSeconds": timeout}))
 }
 
 /// Each job's events: one `job.started`, then one end, equal to its final record.

@@ -12,10 +12,7 @@ const TEXT: &str = "text/plain; charset=utf-8";
 
 /// Starts a job in the background and returns its id.
 fn start(c: &mut Client, command: &str) -> String {
-    let v = c
-        .post("/v1/jobs", &json!({"command": command, "background": true}))
-        .json();
-    text(&v, "id").to_string()
+    c.start_id(json!({"command": command, "background": true}))
 }
 
 /// Runs a job to its end and returns its id.
