@@ -10,6 +10,22 @@ if [ -d ../shared/corpus ] && [ -z "${GITTERM_EXTRA_CORPUS:-}" ]; then
     GITTERM_EXTRA_CORPUS=$(cd ../shared/corpus && pwd)
     export GITTERM_EXTRA_CORPUS
 fi
+# Every skipped test appends a "SKIPPED <test>: <reason>" line here (tests/util/skip.rs);
+# they are printed and counted at the end, also when a test fails. GITTERM_REQUIRE_ALL=1
+# (CI) makes a skip of a root-only test a failure instead.
+GITTERM_SKIP_LOG=$(mktemp "${TMPDIR:-/tmp}/gitterm-skips.XXXXXX")
+export GITTERM_SKIP_LOG
+report_skips() {
+    local n
+    n=$(grep -c '^SKIPPED ' "$GITTERM_SKIP_LOG" || true)
+    if [ "$n" -gt 0 ]; then
+        echo "test.sh: tests that skipped (all or part of themselves):"
+        sort "$GITTERM_SKIP_LOG"
+    fi
+    echo "test.sh: ${n} skipped"
+    rm -f "$GITTERM_SKIP_LOG"
+}
+trap report_skips EXIT
 cargo test --locked --all-targets "$@"
 bin=$(
     cargo build --locked --message-format=json-render-diagnostics |

@@ -8,12 +8,6 @@ use std::time::{Duration, Instant};
 
 use crate::util::*;
 
-fn start_job(c: &mut Client, body: Value) -> Value {
-    let r = c.post("/v1/jobs", &body);
-    assert_eq!(r.status, 200, "{}", r.text());
-    r.json()
-}
-
 fn id_of(v: &Value) -> String {
     v["id"].as_str().expect("an id").to_string()
 }
@@ -142,7 +136,7 @@ fn token_file_and_scoped_token() {
             .status,
         200
     );
-    let job = start_job(&mut sc, json!({"command": "sleep 30", "background": true}));
+    let job = sc.start_job(json!({"command": "sleep 30", "background": true}));
     let id = id_of(&job);
     assert_eq!(sc.get("/v1/jobs").status, 200);
     assert_eq!(sc.get(&format!("/v1/jobs/{id}")).status, 200);
@@ -189,10 +183,7 @@ fn token_file_and_scoped_token() {
 fn jobs_start_list_read_and_cancel() {
     let s = Server::start(&[]);
     let mut c = s.client();
-    let v = start_job(
-        &mut c,
-        json!({"command": "echo hi; exit 3", "waitSeconds": 30}),
-    );
+    let v = c.start_job(json!({"command": "echo hi; exit 3", "waitSeconds": 30}));
     assert_eq!(v["status"], "failed");
     assert_eq!(v["exitCode"], 3);
     assert_eq!(v["isError"], true);
@@ -217,11 +208,11 @@ fn jobs_start_list_read_and_cancel() {
         assert!(v.get(k).is_some(), "missing {k}");
     }
     let first = id_of(&v);
-    let ok = start_job(&mut c, json!({"command": "printf 'a\\n'"}));
+    let ok = c.start_job(json!({"command": "printf 'a\\n'"}));
     assert_eq!(ok["status"], "succeeded");
     assert_eq!(ok["isError"], false);
     let second = id_of(&ok);
-    let running = start_job(&mut c, json!({"command": "sleep 30", "background": true}));
+    let running = c.start_job(json!({"command": "sleep 30", "background": true}));
     assert_eq!(running["status"], "running");
     assert_eq!(running["isError"], false);
     let third = id_of(&running);
@@ -273,7 +264,7 @@ fn jobs_start_list_read_and_cancel() {
 fn output_pages() {
     let s = Server::start(&[]);
     let mut c = s.client();
-    let v = start_job(&mut c, json!({"command": "printf 'hi\\n'; printf 'é€x'"}));
+    let v = c.start_job(json!({"command": "printf 'hi\\n'; printf 'é€x'"}));
     let id = id_of(&v);
     let p = c
         .get(&format!("/v1/jobs/{id}/output?offset=0&limit=2"))
@@ -329,9 +320,7 @@ fn every_start_field() {
     std::fs::create_dir(&cwd).unwrap();
     let sec = s.dir().join("s.env");
     write_mode(&sec, "FROM_FILE=file-secret-value\nBOTH=from-file\n", 0o600);
-    let v = start_job(
-        &mut c,
-        json!({
+    let v = c.start_job(json!({
             "command": "pwd; echo \"$A $B\"; cat; echo; test \"$FROM_FILE\" = \"file-$(echo secret)-value\" && echo file-ok; test \"$INLINE\" = \"inline-$(echo secret)\" && echo inline-ok; test \"$BOTH\" = from-env && echo both-ok",
             "cwd": cwd.to_str().unwrap(),
             "env": {"A": "1", "B": "two words"},
@@ -360,21 +349,15 @@ fn every_start_field() {
         std::fs::read_to_string(s.home.join("jobs").join(id_of(&v)).join("job.json")).unwrap();
     assert!(!rec.contains("inline-secret") && !rec.contains("file-secret-value"));
 
-    let v = start_job(&mut c, json!({"command": "cat", "stdin": "plain ü\n"}));
+    let v = c.start_job(json!({"command": "cat", "stdin": "plain ü\n"}));
     assert_eq!(v["output"], "plain ü\n");
-    let v = start_job(&mut c, json!({"command": "sleep 5", "timeoutSeconds": 0.5}));
+    let v = c.start_job(json!({"command": "sleep 5", "timeoutSeconds": 0.5}));
     assert_eq!(v["status"], "timed_out");
-    let v = start_job(
-        &mut c,
-        json!({"command": "echo a; sleep 5", "idleTimeoutSeconds": 0.5}),
-    );
+    let v = c.start_job(json!({"command": "echo a; sleep 5", "idleTimeoutSeconds": 0.5}));
     assert_eq!(v["status"], "timed_out");
     assert_eq!(v["output"], "a\n");
     // waitSeconds 0 answers at once; the job goes on.
-    let v = start_job(
-        &mut c,
-        json!({"command": "sleep 1; echo late", "waitSeconds": 0}),
-    );
+    let v = c.start_job(json!({"command": "sleep 1; echo late", "waitSeconds": 0}));
     assert_eq!(v["status"], "running");
     let id = id_of(&v);
     let v = c.get(&format!("/v1/jobs/{id}?waitSeconds=30")).json();
@@ -643,8 +626,7 @@ fn idempotency_key_starts_one_job() {
 fn long_polls_on_jobs_and_output() {
     let s = Server::start(&[]);
     let mut c = s.client();
-    let v = start_job(
-        &mut c,
+    let v = c.start_job(
         json!({"command": "sleep 1; echo first; sleep 1; echo second", "background": true}),
     );
     let id = id_of(&v);
@@ -686,7 +668,7 @@ fn long_polls_on_jobs_and_output() {
         (Some(""), Some(true), Some(true))
     );
     // A long-poll that runs out answers with the running record.
-    let v = start_job(&mut c, json!({"command": "sleep 30", "background": true}));
+    let v = c.start_job(json!({"command": "sleep 30", "background": true}));
     let id = id_of(&v);
     let v = c.get(&format!("/v1/jobs/{id}?waitSeconds=0.3")).json();
     assert_eq!(v["status"], "running");
@@ -715,10 +697,7 @@ fn a_cancel_from_elsewhere_wakes_a_waiting_poll_at_once() {
     let mut c = s.client();
     let mut attempts = Vec::new();
     for _ in 0..4 {
-        let id = id_of(&start_job(
-            &mut c,
-            json!({"command": "sleep 30", "background": true}),
-        ));
+        let id = id_of(&c.start_job(json!({"command": "sleep 30", "background": true})));
         let (addr, tok, path) = (
             s.addr.clone(),
             s.token.clone(),
@@ -754,10 +733,7 @@ fn a_cancel_from_elsewhere_wakes_a_waiting_poll_at_once() {
 fn many_long_polls_do_not_pin_the_server() {
     let s = Server::start(&[]);
     let mut c = s.client();
-    let v = start_job(
-        &mut c,
-        json!({"command": "sleep 4; echo end", "background": true}),
-    );
+    let v = c.start_job(json!({"command": "sleep 4; echo end", "background": true}));
     let id = id_of(&v);
     let waiters: Vec<_> = (0..200)
         .map(|i| {
@@ -811,12 +787,7 @@ fn concurrent_start_read_cancel_end_consistently() {
     let s = Server::start(&[]);
     let mut c = s.client();
     let ids: Vec<String> = (0..5)
-        .map(|_| {
-            id_of(&start_job(
-                &mut c,
-                json!({"command": "sleep 30", "background": true}),
-            ))
-        })
+        .map(|_| id_of(&c.start_job(json!({"command": "sleep 30", "background": true}))))
         .collect();
     let ids = Arc::new(ids);
     let handles: Vec<_> = (0..100)
@@ -1079,8 +1050,8 @@ fn connection_cap() {
 fn max_running_is_rate_limited() {
     let s = Server::start(&["--max-running", "2"]);
     let mut c = s.client();
-    let a = start_job(&mut c, json!({"command": "sleep 30", "background": true}));
-    start_job(&mut c, json!({"command": "sleep 30", "background": true}));
+    let a = c.start_job(json!({"command": "sleep 30", "background": true}));
+    c.start_job(json!({"command": "sleep 30", "background": true}));
     let r = c.post("/v1/jobs", &json!({"command": "true"}));
     assert_eq!((r.status, r.code().as_str()), (429, "rate_limited"));
     assert_eq!(
@@ -1088,7 +1059,7 @@ fn max_running_is_rate_limited() {
         2
     );
     c.post(&format!("/v1/jobs/{}/cancel", id_of(&a)), &json!({}));
-    let v = start_job(&mut c, json!({"command": "echo room"}));
+    let v = c.start_job(json!({"command": "echo room"}));
     assert_eq!(v["output"], "room\n");
 }
 
@@ -1103,10 +1074,7 @@ fn env_routes() {
     );
     assert_eq!(r.json(), json!({"names": ["A_VAR", "B_VAR"]}));
     assert!(!r.text().contains("secret-ish"));
-    let v = start_job(
-        &mut c,
-        json!({"command": "echo \"$A_VAR $B_VAR\"", "env": {"A_VAR": "own"}}),
-    );
+    let v = c.start_job(json!({"command": "echo \"$A_VAR $B_VAR\"", "env": {"A_VAR": "own"}}));
     assert_eq!(v["output"], "own secret-ish value\n");
     assert_eq!(
         c.post("/v1/env", &json!({"unset": ["A_VAR"]})).json()["names"],
@@ -1142,7 +1110,7 @@ fn sandbox_and_ports() {
     let s = Server::start(&[]);
     let mut c = s.client();
     c.post("/v1/env", &json!({"set": {"SB": "1"}}));
-    start_job(&mut c, json!({"command": "true"}));
+    c.start_job(json!({"command": "true"}));
     let v = c.get("/v1/sandbox").json();
     assert_eq!(v["version"], env!("CARGO_PKG_VERSION"));
     assert!(v["bootId"].is_string());
@@ -1168,7 +1136,7 @@ fn sandbox_and_ports() {
 fn corrupt_records_are_listed_not_skipped() {
     let s = Server::start(&[]);
     let mut c = s.client();
-    start_job(&mut c, json!({"command": "true"}));
+    c.start_job(json!({"command": "true"}));
     let bad = s.home.join("jobs").join("job_0123456789abcdef0123");
     std::fs::create_dir(&bad).unwrap();
     std::fs::write(bad.join("job.json"), b"{broken").unwrap();
@@ -1280,10 +1248,7 @@ fn server_restart_keeps_jobs() {
     let sb = Arc::new(Sandbox::new());
     let mut s = Server::start_in(Arc::clone(&sb), "127.0.0.1:0", &[]);
     let mut c = s.client();
-    let v = start_job(
-        &mut c,
-        json!({"command": "sleep 2; echo survived", "background": true}),
-    );
+    let v = c.start_job(json!({"command": "sleep 2; echo survived", "background": true}));
     let id = id_of(&v);
     let sup = c.get(&format!("/v1/jobs/{id}")).json()["supervisorPid"]
         .as_i64()
@@ -1308,7 +1273,7 @@ fn server_restart_keeps_jobs() {
 fn sigterm_stops_the_server_and_leaves_jobs_running() {
     let mut s = Server::start(&[]);
     let mut c = s.client();
-    let v = start_job(&mut c, json!({"command": "sleep 30", "background": true}));
+    let v = c.start_job(json!({"command": "sleep 30", "background": true}));
     let id = id_of(&v);
     let status = s.terminate();
     assert_eq!(status.code(), Some(0));
@@ -1337,7 +1302,7 @@ fn unix_socket_listener() {
     );
     let mut c = s.client();
     assert_eq!(c.get("/v1/health").json()["ok"], true);
-    let v = start_job(&mut c, json!({"command": "echo over unix"}));
+    let v = c.start_job(json!({"command": "echo over unix"}));
     assert_eq!(v["output"], "over unix\n");
     assert_eq!(s.anon().get("/v1/jobs").status, 401);
     // A socket left by a killed server is reused; a clean stop removes it.
@@ -1363,10 +1328,7 @@ fn unix_socket_listener() {
 fn request_log_is_json_lines_without_secrets() {
     let s = Server::start(&[]);
     let mut c = s.client();
-    let v = start_job(
-        &mut c,
-        json!({"command": "echo x", "secretEnv": {"SEC": "very-secret-value"}}),
-    );
+    let v = c.start_job(json!({"command": "echo x", "secretEnv": {"SEC": "very-secret-value"}}));
     let id = id_of(&v);
     c.get(&format!("/v1/jobs/{id}?limit=1"));
     c.get("/v1/nope?password=hunter2");
@@ -1399,7 +1361,7 @@ fn serve_as_pid_1_reaps_orphans() {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("skipped: cannot create a PID namespace here");
+        skip_root("cannot create a PID namespace here");
         return;
     }
     let sb = Sandbox::new();
@@ -1425,7 +1387,7 @@ fn serve_as_pid_1_reaps_orphans() {
         .to_string();
     let mut c = Client::connect(&addr).token(&token);
     for _ in 0..5 {
-        let v = start_job(&mut c, json!({"command": "echo pid1"}));
+        let v = c.start_job(json!({"command": "echo pid1"}));
         assert_eq!(v["output"], "pid1\n");
     }
     // The server's host pid is unshare's child; no zombie may linger under it.
@@ -1457,8 +1419,7 @@ fn secret_values_never_come_back() {
     let s = Server::start(&[]);
     let mut c = s.client();
     let secret = "s3cr3t-value-for-redaction";
-    let v = start_job(
-        &mut c,
+    let v = c.start_job(
         json!({"command": format!("echo \"$TOK\"; echo {secret}"), "secretEnv": {"TOK": secret}}),
     );
     let id = id_of(&v);
@@ -1488,7 +1449,7 @@ fn starts_go_through_a_killed_spare_and_a_killed_fork_server() {
         (0..n)
             .map(|i| {
                 let cmd = format!("sleep 0.3; echo {i}");
-                let v = start_job(c, json!({"command": cmd, "waitSeconds": 0}));
+                let v = c.start_job(json!({"command": cmd, "waitSeconds": 0}));
                 let sup = int(&v, "supervisorPid");
                 let line = std::fs::read(format!("/proc/{sup}/cmdline")).unwrap_or_default();
                 let exec_d = any_entry_contains(&line, b"supervise");

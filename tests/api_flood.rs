@@ -104,21 +104,33 @@ impl Server {
 
     /// The server's resident memory, in bytes.
     fn rss(&self) -> u64 {
-        let status =
-            std::fs::read_to_string(format!("/proc/{}/status", self.srv.pid())).unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024)
+        util::rss_bytes(self.srv.pid())
     }
 
-    /// Waits until the server runs at least `n` threads (it has taken the connections).
+    /// Waits until the server runs at least `n` threads (it has taken the connections);
+    /// fails with the count it last saw if it does not.
     fn wait_threads(&self, n: usize) {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while self.threads() < n && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        util::eventually_ok(
+            util::PROMPT,
+            &format!("serve to run at least {n} threads"),
+            || match self.threads() {
+                now if now >= n => Ok(()),
+                now => Err(format!("{now} threads")),
+            },
+        );
+    }
+
+    /// Waits until the server has accepted every connection made so far (its listening
+    /// socket's accept queue is empty); fails with the queue it last saw if it does not.
+    fn wait_accepted(&self) {
+        util::eventually_ok(
+            util::PROMPT,
+            "serve to accept every connection made",
+            || match util::accept_queue(&self.addr) {
+                Some(0) => Ok(()),
+                other => Err(format!("accept queue {other:?}")),
+            },
+        );
     }
 }
 
@@ -169,7 +181,7 @@ fn silent_connections_do_not_shut_out_health_or_clients() {
     // The flood goes on: each round opens as many again, and the server keeps answering.
     for round in 0..3 {
         held.extend(s.silent(64));
-        std::thread::sleep(Duration::from_millis(100));
+        s.wait_accepted();
         worst = worst.max(still_served(&s, &format!("in flood round {round}")));
     }
     // Unauthenticated clients that trickle a refused body are no better placed.
@@ -234,10 +246,19 @@ fn long_polls_are_capped_and_do_not_shut_out_health_or_clients() {
         })
         .collect();
     s.wait_threads(base + 32);
-    std::thread::sleep(Duration::from_millis(300));
+    // `--max-connections 64` lets half that many wait: every other long-poll is refused at
+    // once, so once that many are answered the rest are all waiting.
+    util::eventually_ok(
+        util::PROMPT,
+        "the long-polls over the cap to be refused",
+        || match polls.iter().filter(|p| p.is_finished()).count() {
+            n if n >= 32 => Ok(()),
+            n => Err(format!("{n} long-polls answered")),
+        },
+    );
     let mut worst = still_served(&s, "with 64 long-polls");
     let held = s.silent(64);
-    std::thread::sleep(Duration::from_millis(100));
+    s.wait_accepted();
     worst = worst.max(still_served(
         &s,
         "with 64 long-polls and 64 silent connections",
@@ -276,17 +297,11 @@ fn long_polls_are_capped_and_do_not_shut_out_health_or_clients() {
 /// A finished job's record, written straight into the state root.
 fn plant_record(root: &Path, i: usize, command: &str) -> String {
     let id = format!("job_{i:020x}");
-    let dir = root.join("jobs").join(&id);
-    std::fs::create_dir_all(&dir).unwrap();
     let at = format!("2026-01-01T00:{:02}:{:02}.000Z", i / 60, i % 60);
-    let rec = json!({
-        "formatVersion": 1, "id": id, "command": command, "cwd": "/", "status": "succeeded",
-        "exitCode": 0, "signal": null, "createdAt": at, "startedAt": at, "endedAt": at,
-        "timeoutSeconds": 60, "pid": 999_999, "pgid": 999_999, "outputBytes": 0,
-        "bootId": "boot-before",
-    });
-    std::fs::write(dir.join("job.json"), rec.to_string()).unwrap();
-    std::fs::write(dir.join("lock"), "").unwrap();
+    util::plant(
+        root,
+        &util::record(&id, command, "succeeded", &at, "boot-before"),
+    );
     id
 }
 

@@ -75,23 +75,13 @@ fn exit_code(child: &mut Child) -> Option<i32> {
     eventually(PROMPT, "the CLI to exit", || child.try_wait().unwrap()).code()
 }
 
-/// Starts a job through the API and returns its id.
-fn start(c: &mut Client, body: Value) -> String {
-    let r = c.post("/v1/jobs", &body);
-    assert_eq!(r.status, 200, "{}", r.text());
-    text(&r.json(), "id").to_string()
-}
-
 #[test]
 fn attach_draws_a_quiet_jobs_screen_at_once() {
     let s = Server::start(&[]);
     let mut c = s.client();
     // It prints once, then is silent: only the replay can show it.
-    let id = start(
-        &mut c,
-        json!({"command": "printf 'quiet-%s\\n' 42; exec sleep 120",
-               "pty": {"cols": 80, "rows": 24}, "background": true}),
-    );
+    let id = c.start_id(json!({"command": "printf 'quiet-%s\\n' 42; exec sleep 120",
+               "pty": {"cols": 80, "rows": 24}, "background": true}));
     let log = s.home.join("jobs").join(&id).join("output.log");
     eventually(PROMPT, "the job's first line", || {
         std::fs::read_to_string(&log)
@@ -111,11 +101,8 @@ fn attach_draws_a_quiet_jobs_screen_at_once() {
 fn attach_refuses_at_once_and_says_what_to_do() {
     let s = Server::start(&[]);
     let mut c = s.client();
-    let plain = start(&mut c, json!({"command": "sleep 120", "background": true}));
-    let piped = start(
-        &mut c,
-        json!({"command": "cat", "interactive": true, "background": true}),
-    );
+    let plain = c.start_id(json!({"command": "sleep 120", "background": true}));
+    let piped = c.start_id(json!({"command": "cat", "interactive": true, "background": true}));
     let ended = s.sb.run(&["exec", "--wait", "0", "--", "exit 3"]);
     let ended = ended.stdout.trim().to_string();
     s.sb.wait_final(&ended, PROMPT);

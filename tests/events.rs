@@ -27,12 +27,7 @@ fn drain(c: &mut Client, after: &str) -> (Vec<Value>, String) {
 }
 
 fn start_bg(c: &mut Client, cmd: &str, timeout: f64) -> String {
-    let r = c.post(
-        "/v1/jobs",
-        &json!({"command": cmd, "background": true, "timeoutSeconds": timeout}),
-    );
-    assert_eq!(r.status, 200, "{}", r.text());
-    r.json()["id"].as_str().unwrap().to_string()
+    c.start_id(json!({"command": cmd, "background": true, "timeoutSeconds": timeout}))
 }
 
 /// Each job's events: one `job.started`, then one end, equal to its final record.
@@ -250,7 +245,7 @@ fn server_sent_events_arrive_at_once_resume_and_a_stalled_reader_delays_nobody()
         .output()
         .is_err()
     {
-        eprintln!("skipped: no curl");
+        skip("no curl");
         return;
     }
     let s = Server::start(&[]);
@@ -377,7 +372,7 @@ fn metrics_parse_and_count_what_ran() {
             .status()
             .is_ok_and(|st| st.success());
     if !ok {
-        eprintln!("skipped the parser check: prometheus-client unavailable");
+        skip("the parser check: prometheus-client is unavailable");
         return;
     }
     let file = s.dir().join("scrape.txt");

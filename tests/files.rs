@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use crate::util::http::{Client, Resp};
 use crate::util::sandbox::Sandbox;
 use crate::util::server::Server;
+use crate::util::users::TestUser;
 
 fn enc(s: &str) -> String {
     let mut out = String::new();
@@ -387,61 +388,18 @@ fn a_symlink_swapped_in_a_loop_never_reaches_the_state_root() {
     assert!(temps_in(&s.home).is_empty());
 }
 
-/// A user made for one test, removed after it.
-struct User(String);
-
-impl User {
-    fn new(name: &str) -> User {
-        let _ = Command::new("userdel").args(["-r", name]).output();
-        for _ in 0..50 {
-            // useradd takes a lock on the user database: tests in parallel retry.
-            let out = Command::new("useradd")
-                .args(["-m", "-s", "/bin/sh", name])
-                .output()
-                .unwrap();
-            if out.status.success() {
-                return User(name.into());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("useradd {name} failed");
-    }
-
-    fn id(&self, flag: &str) -> u32 {
-        let out = Command::new("id").args([flag, &self.0]).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
-    }
-
-    fn home(&self) -> PathBuf {
-        PathBuf::from("/home").join(&self.0)
-    }
-}
-
-impl Drop for User {
-    fn drop(&mut self) {
-        for _ in 0..50 {
-            if Command::new("userdel")
-                .args(["-r", &self.0])
-                .output()
-                .is_ok_and(|o| o.status.success())
-            {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
 #[test]
 fn a_job_users_files_are_its_own_and_the_kernel_decides() {
-    let u = User::new("gtfiles1");
-    let s = Server::start(&["--job-user", "gtfiles1"]);
+    let Some(u) = TestUser::create("files") else {
+        return;
+    };
+    let s = Server::start(&["--job-user", &u.name]);
     let mut c = s.client();
-    let (uid, gid) = (u.id("-u"), u.id("-g"));
+    let (uid, gid) = (u.uid, u.gid);
     // Relative to the user's HOME, owned by the user.
     let r = c.send("PUT", "/v1/files/content?path=mine.txt", &[], Some(b"m"));
     assert_eq!(r.status, 200, "{}", r.text());
-    let m = std::fs::metadata(u.home().join("mine.txt")).unwrap();
+    let m = std::fs::metadata(u.home.join("mine.txt")).unwrap();
     assert_eq!((m.uid(), m.gid()), (uid, gid));
     let r = c.post(
         "/v1/files/mkdir",
@@ -449,19 +407,18 @@ fn a_job_users_files_are_its_own_and_the_kernel_decides() {
     );
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(
-        std::fs::metadata(u.home().join("sub/deeper"))
-            .unwrap()
-            .uid(),
+        std::fs::metadata(u.home.join("sub/deeper")).unwrap().uid(),
         uid
     );
     // Root's files: not writable, not readable when 0600, not deletable.
-    let theirs = u.home().join("roots.txt");
+    let theirs = u.home.join("roots.txt");
     std::fs::write(&theirs, "root's").unwrap();
     std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o600)).unwrap();
     assert_eq!(get(&mut c, &theirs).code(), "forbidden");
-    let r = put(&mut c, Path::new("/etc/gtfiles1-test"), "", b"x");
+    let in_etc = PathBuf::from(format!("/etc/{}-test", u.name));
+    let r = put(&mut c, &in_etc, "", b"x");
     assert_eq!(r.code(), "forbidden", "{}", r.text());
-    assert!(!Path::new("/etc/gtfiles1-test").exists());
+    assert!(!in_etc.exists());
     let r = put(&mut c, Path::new("/root/x"), "", b"x");
     assert_eq!(r.code(), "forbidden", "{}", r.text());
     // Replacing a root-owned file in the user's own folder is the kernel's call (it
@@ -471,7 +428,7 @@ fn a_job_users_files_are_its_own_and_the_kernel_decides() {
     let r = put(&mut c, &theirs, "", b"replaced");
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(std::fs::metadata(&theirs).unwrap().uid(), uid);
-    assert!(temps_in(&u.home()).is_empty());
+    assert!(temps_in(&u.home).is_empty());
 }
 
 #[test]
@@ -608,7 +565,15 @@ fn a_server_killed_mid_upload_leaves_the_target_as_it_was() {
     )
     .unwrap();
     send_pattern(&mut conn, 32 << 20).unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    // Killed once the upload fills its (unnamed, or else named) file beside the target.
+    crate::util::eventually(
+        crate::util::PROMPT,
+        "serve to open the upload's file",
+        || {
+            let open = crate::util::open_files(s.pid());
+            open.iter().any(|f| f.starts_with(&d)).then_some(())
+        },
+    );
     s.kill9();
     drop(conn);
     assert_eq!(std::fs::read(&f).unwrap(), b"before");
@@ -618,12 +583,9 @@ fn a_server_killed_mid_upload_leaves_the_target_as_it_was() {
     assert_eq!(get(&mut s.client(), &f).body, b"before");
 }
 
+/// The resident memory of `pid` in KiB.
 fn rss_kib(pid: u32) -> u64 {
-    let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    st.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
+    crate::util::rss_bytes(pid) >> 10
 }
 
 fn sha256(path: &Path) -> String {

@@ -58,7 +58,7 @@ impl Mount {
             .status()
             .is_ok_and(|st| st.success());
         if !ok {
-            eprintln!("note: mount --bind is not allowed here; skipping that case");
+            skip_root("the bind-mount case: mount --bind is not allowed here");
         }
         ok.then(|| Mount(at.to_path_buf()))
     }
@@ -376,7 +376,7 @@ fn paging_gives_every_name_once_and_in_order_while_the_folder_changes() {
 #[test]
 fn bind_mounts_and_hard_links_of_the_state_root_are_refused() {
     if !is_root() {
-        return;
+        return skip_root("not root, so no bind mount can be made");
     }
     // Root mode: the files thread may read anything, so only the guard stands between a
     // client and the state root.
@@ -452,7 +452,9 @@ fn bind_mounts_and_hard_links_of_the_state_root_are_refused() {
             refused("a write through a hard link to agent.token", r);
             std::fs::remove_file(&link).unwrap();
         }
-        Err(e) => eprintln!("note: no hard link across devices here ({e}); skipping that case"),
+        Err(e) => skip(&format!(
+            "the hard-link case: no hard link across devices here ({e})"
+        )),
     }
     // A file of one's own with two names is served as ever.
     std::fs::write(elsewhere.join("a"), "mine").unwrap();

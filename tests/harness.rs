@@ -1,5 +1,6 @@
 //! The harness itself: its guard must fail a test that leaves a process behind, and must
-//! not fail one that leaves the agent's jobs to be ended.
+//! not fail one that leaves the agent's jobs to be ended; a skipped test must say so past
+//! the runner's capture, and fail where nothing root-only may skip.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -111,4 +112,56 @@ fn timestamps_are_read_as_the_agent_writes_them() {
     assert_eq!(epoch_ms("2000-02-29T00:00:00.5Z"), Some(951_782_400_500));
     assert_eq!(epoch_ms("nonsense"), None);
     assert!(now_ms() > 1_700_000_000_000);
+}
+
+/// Not a test of its own: what [`a_skipped_test_says_so_and_fails_where_all_must_run`] runs
+/// in a child test binary.
+#[test]
+#[ignore = "run by harness::a_skipped_test_says_so_and_fails_where_all_must_run"]
+fn skip_probe() {
+    skip_root("the probe's reason");
+}
+
+#[test]
+fn a_skipped_test_says_so_and_fails_where_all_must_run() {
+    let sb = Sandbox::new();
+    let log = sb.file("skips.log");
+    let probe = |require_all: bool, threads: &str| {
+        let mut c = std::process::Command::new(std::env::current_exe().unwrap());
+        c.args([
+            "--exact",
+            "harness::skip_probe",
+            "--ignored",
+            "--test-threads",
+            threads,
+        ])
+        .env(skip::SKIP_LOG, &log)
+        .env_remove(skip::REQUIRE_ALL);
+        if require_all {
+            c.env(skip::REQUIRE_ALL, "1");
+        }
+        c.output().unwrap()
+    };
+    let line = "SKIPPED harness::skip_probe: the probe's reason";
+    for threads in ["1", "2"] {
+        let _ = std::fs::remove_file(&log);
+        let out = probe(false, threads);
+        assert!(out.status.success(), "{out:?}");
+        // The runner captured the passing probe's output; the line is on stderr all the same.
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(line), "threads {threads}: {stderr}");
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), format!("{line}\n"));
+    }
+    let _ = std::fs::remove_file(&log);
+    let out = probe(true, "2");
+    assert!(
+        !out.status.success(),
+        "a root-only skip passed under REQUIRE_ALL: {out:?}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("root-only test would skip: the probe's reason"),
+        "{stdout}"
+    );
+    assert!(!log.exists(), "a failed skip was logged as a skip");
 }

@@ -6,7 +6,7 @@
 //! what the kernel would refuse.
 //!
 //! Where a test needs what the machine may lack (root, a writable cgroup v2, gcc,
-//! python3), it says so on stderr and skips that part.
+//! python3), it calls the harness's `skip` (or `skip_root`) and skips that part.
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -342,7 +342,7 @@ fn a_job_user_cannot_read_the_agents_files_take_its_lock_or_leave_its_cgroup() {
                 "the job ran outside its cgroup {cg}: {before}"
             );
         }
-        None => eprintln!("note: no cgroup v2 for jobs here; the cgroup part proves less"),
+        None => skip("the cgroup part: no cgroup v2 for jobs here"),
     }
     // The scoped token may not choose the user a job runs as.
     let mut sc = Client::connect(&s.addr).token("scoped-token-for-the-user-test-0123");
@@ -551,9 +551,12 @@ fn a_job_that_stops_its_supervisor_cannot_hang_the_api() {
             )
         })
     };
-    // The retry arrives while the first request waits.
-    std::thread::sleep(Duration::from_millis(500));
+    // The retry arrives while the first request waits: once its job is listed.
     let mut c = client_within(&s, bound);
+    eventually(PROMPT, "the first request's job to be listed", || {
+        let v = c.get("/v1/jobs").json();
+        v["jobs"].as_array().filter(|j| !j.is_empty()).map(|_| ())
+    });
     let retry = c.send(
         "POST",
         "/v1/jobs",
@@ -763,30 +766,25 @@ fn boot_id() -> String {
 
 /// Writes a record of a running job whose supervisor is gone, as an attacker would.
 fn plant_running(sb: &Sandbox, id: &str, pid: i64, cgroup: Option<&str>) {
-    let dir = sb.job_dir(id);
-    fs::create_dir_all(&dir).unwrap();
     let now = "2026-12-01T00:00:00.000Z";
-    let mut rec = json!({
-        "formatVersion": 1, "id": id, "command": "sleep 60", "cwd": "/", "status": "running",
-        "exitCode": null, "signal": null, "createdAt": now, "startedAt": now, "endedAt": null,
-        "timeoutSeconds": 60, "pid": pid, "pgid": pid, "outputBytes": 0,
-        "bootId": boot_id(),
-        // A supervisor that cannot be alive: the start time matches no process.
-        "supervisorPid": pid, "supervisorStart": 1,
-    });
+    let mut rec = record(id, "sleep 60", "running", now, &boot_id());
+    rec["pid"] = pid.into();
+    rec["pgid"] = pid.into();
+    // A supervisor that cannot be alive: the start time matches no process.
+    rec["supervisorPid"] = pid.into();
+    rec["supervisorStart"] = 1.into();
     if let Some(cg) = cgroup {
         rec["cgroup"] = cg.into();
     }
-    fs::write(dir.join("job.json"), rec.to_string()).unwrap();
-    fs::write(dir.join("lock"), "").unwrap();
-    fs::write(dir.join("output.log"), "").unwrap();
+    plant(sb.home(), &rec);
+    fs::write(sb.job_dir(id).join("output.log"), "").unwrap();
     sb.remember(id);
 }
 
 #[test]
 fn a_planted_record_naming_another_cgroup_kills_nothing_there() {
     let Some(victim_cg) = ScratchCgroup::create("victim") else {
-        eprintln!("note: no writable cgroup v2 here; skipping");
+        skip("no writable cgroup v2 here");
         return;
     };
     let sb = Sandbox::new();
@@ -892,7 +890,7 @@ fn escapee_is_owned_up_to(sb: Sandbox, elsewhere: Option<&ScratchCgroup>) {
 #[test]
 fn a_lost_record_owns_up_to_a_process_that_left_the_cgroup_and_cleared_the_marker() {
     let Some(elsewhere) = ScratchCgroup::create("escape") else {
-        eprintln!("note: no writable cgroup v2 here; skipping");
+        skip("no writable cgroup v2 here");
         return;
     };
     escapee_is_owned_up_to(Sandbox::new(), Some(&elsewhere));
@@ -943,7 +941,7 @@ fn zombie_leader(sb: &Sandbox) -> Option<PathBuf> {
         Ok(o) if o.status.success() => Some(bin),
         Ok(o) => panic!("gcc failed: {}", String::from_utf8_lossy(&o.stderr)),
         Err(e) => {
-            eprintln!("note: no gcc ({e}); skipping the zombie-leader test");
+            skip(&format!("no gcc ({e}) to build the zombie leader"));
             None
         }
     }
@@ -1042,7 +1040,7 @@ with open(name + ".count", "w") as f:
 
 fn one_term_each(sb: Sandbox) {
     if Command::new("python3").arg("-c").arg("").status().is_err() {
-        eprintln!("note: no python3; skipping the TERM-count test");
+        skip("no python3 for the TERM-count job");
         return;
     }
     fs::write(sb.file("count.py"), TERM_COUNTER).unwrap();
@@ -1168,7 +1166,7 @@ fn a_nested_job_leaves_no_cgroup_folder_in_its_outer_job() {
     ]);
     let id = id_of(&v);
     let Some(cg) = v["cgroup"].as_str().map(PathBuf::from) else {
-        eprintln!("note: jobs get no cgroup here; skipping");
+        skip("jobs get no cgroup here");
         sb.run(&["cancel", &id]);
         return;
     };

@@ -307,12 +307,6 @@ fn a_path_persisted_by_the_scoped_token_never_reaches_a_root_job() {
 // job's secret, and no job opens another's terminal.
 // ---------------------------------------------------------------------------------------
 
-fn start(c: &mut Client, body: Value) -> Value {
-    let r = c.post("/v1/jobs", &body);
-    assert_eq!(r.status, 200, "{}", r.text());
-    r.json()
-}
-
 fn output_log(s: &Server, id: &str) -> String {
     fs::read_to_string(s.home.join("jobs").join(id).join("output.log")).unwrap_or_default()
 }
@@ -339,34 +333,28 @@ fn a_job_that_prints_another_jobs_secret_from_proc_gets_redacted() {
                  sed 's/ /%20/g; s|/|%2F|g' stolen.$$; rm stolen.$$";
     let home = u.home.display().to_string();
     // One that started (and printed) before the victim existed...
-    let early = start(
-        &mut c,
+    let early = c.start_job(
         json!({"command": format!("echo ready; while [ ! -e {home}/go ]; do sleep 0.05; done; \
                                    P=$(cat {home}/go); {steal}; echo end"),
                "background": true, "timeoutSeconds": 60}),
     );
     let early_id = id_of(&early);
     wait_log(&s, &early_id, "ready\n");
-    let victim = start(
-        &mut c,
+    let victim = c.start_job(
         json!({"command": "sleep 60", "secretEnv": {"VICTIM": secret}, "background": true}),
     );
     let victim_id = id_of(&victim);
     let pid = victim["pid"].as_i64().expect("the victim's pid");
     // ... one that copies it silently while the victim runs and prints it after it ended...
-    let silent = start(
-        &mut c,
-        json!({"command": format!("P={pid}; tr '\\0' '\\n' < /proc/$P/environ | grep '^VICTIM=' > copied; \
+    let silent = c.start_job(json!({"command": format!("P={pid}; tr '\\0' '\\n' < /proc/$P/environ | grep '^VICTIM=' > copied; \
                                    echo copied > copied.done; \
                                    while [ ! -e {home}/go2 ]; do sleep 0.05; done; cat copied; rm copied*"),
                "background": true, "timeoutSeconds": 60}),
     );
     let silent_id = id_of(&silent);
     // ... and one started while the victim runs.
-    let late = start(
-        &mut c,
-        json!({"command": format!("P={pid}; {steal}; echo end"), "waitSeconds": 30}),
-    );
+    let late =
+        c.start_job(json!({"command": format!("P={pid}; {steal}; echo end"), "waitSeconds": 30}));
     fs::write(u.home.join("go"), pid.to_string()).unwrap();
     eventually(PROMPT, "the silent copy", || {
         u.home.join("copied.done").exists().then_some(())
@@ -410,8 +398,7 @@ fn no_job_opens_another_jobs_terminal() {
     let home = u.home.display().to_string();
     fs::write(u.home.join("page.txt"), "a page for less\n").unwrap();
     // A terminal job that uses its terminal every way a program does.
-    let a = start(
-        &mut c,
+    let a = c.start_job(
         json!({"command": format!("tty > {home}/a.tty; echo \"own=$(tty)\"; stty size; tput cols; \
                                    echo via-dev-tty > /dev/tty; printf 'Password: ' > /dev/tty; \
                                    IFS= read -r line < /dev/tty; echo \"got:$line\"; \
@@ -435,7 +422,7 @@ fn no_job_opens_another_jobs_terminal() {
          if (echo forged > /proc/{shell_pid}/fd/1) 2>/dev/null; then echo OPENED-proc; else echo refused-proc; fi; \
          chmod 666 {pts} 2>/dev/null && echo OPENED-chmod || echo refused-chmod"
     );
-    let b = start(&mut c, json!({"command": attack, "waitSeconds": 30}));
+    let b = c.start_job(json!({"command": attack, "waitSeconds": 30}));
     assert_eq!(b["user"], u.name.as_str());
     assert_eq!(
         text(&b, "output"),

@@ -2,19 +2,17 @@
 //! (the server's memory stays flat), byte ranges, and `?follow=true` streaming a running
 //! job's output as it comes, chunked, until the job ends.
 
-use std::io::{BufRead, Read};
+use std::io::Read;
 use std::time::{Duration, Instant};
 
+use crate::util::http::header;
 use crate::util::*;
 
 const TEXT: &str = "text/plain; charset=utf-8";
 
 /// Starts a job in the background and returns its id.
 fn start(c: &mut Client, command: &str) -> String {
-    let v = c
-        .post("/v1/jobs", &json!({"command": command, "background": true}))
-        .json();
-    text(&v, "id").to_string()
+    c.start_id(json!({"command": command, "background": true}))
 }
 
 /// Runs a job to its end and returns its id.
@@ -47,80 +45,16 @@ fn request_head(
     }
     req.push_str("\r\n");
     c.write_raw(req.as_bytes()).unwrap();
-    read_head(c)
-}
-
-fn read_head(c: &mut Client) -> (u16, Vec<(String, String)>) {
-    let mut line = String::new();
-    c.r.read_line(&mut line).unwrap();
-    let status: u16 = line
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("not a status line: {line:?}"));
-    let mut headers = Vec::new();
-    loop {
-        let mut h = String::new();
-        c.r.read_line(&mut h).unwrap();
-        let h = h.trim_end();
-        if h.is_empty() {
-            return (status, headers);
-        }
-        let (k, v) = h.split_once(':').unwrap();
-        headers.push((k.trim().to_string(), v.trim().to_string()));
-    }
-}
-
-fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    headers
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case(name))
-        .map(|(_, v)| v.as_str())
-}
-
-/// Reads one chunk of a chunked body: `None` at the last chunk (and its trailers).
-fn read_chunk(c: &mut Client) -> Option<Vec<u8>> {
-    let mut line = String::new();
-    assert!(
-        c.r.read_line(&mut line).unwrap() > 0,
-        "the connection closed before the last chunk"
-    );
-    let size = line.trim_end().split(';').next().unwrap();
-    let n = usize::from_str_radix(size, 16).unwrap_or_else(|_| panic!("chunk size {line:?}"));
-    if n == 0 {
-        loop {
-            let mut t = String::new();
-            c.r.read_line(&mut t).unwrap();
-            if t == "\r\n" {
-                return None;
-            }
-        }
-    }
-    let mut data = vec![0; n + 2];
-    c.r.read_exact(&mut data).unwrap();
-    assert_eq!(&data[n..], b"\r\n", "a chunk ends with CRLF");
-    data.truncate(n);
-    Some(data)
+    c.read_head()
 }
 
 /// A followed log: each chunk with when it arrived (from `since`), until the last chunk.
 fn follow_all(c: &mut Client, since: Instant) -> Vec<(Duration, Vec<u8>)> {
     let mut chunks = Vec::new();
-    while let Some(data) = read_chunk(c) {
+    while let Some(data) = c.read_chunk() {
         chunks.push((since.elapsed(), data));
     }
     chunks
-}
-
-/// The server's resident memory, in bytes.
-fn rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map(|kb| kb * 1024)
-        .unwrap()
 }
 
 #[test]
@@ -131,7 +65,7 @@ fn the_whole_log_is_the_stored_output_and_is_never_held_in_memory() {
     let id = run(&mut c, "head -c 15000000 /dev/urandom | base64");
     let want = stored(&s, &id);
     assert!(want.len() > 20_000_000, "{}", want.len());
-    let before = rss(s.pid());
+    let before = rss_bytes(s.pid());
     let (status, headers) = request_head(&mut c, &format!("/v1/jobs/{id}/log"), &[]);
     assert_eq!(status, 200);
     assert_eq!(header(&headers, "content-type"), Some(TEXT));
@@ -148,7 +82,7 @@ fn the_whole_log_is_the_stored_output_and_is_never_held_in_memory() {
         let n = (want.len() - got.len()).min(buf.len());
         c.r.read_exact(&mut buf[..n]).unwrap();
         got.extend_from_slice(&buf[..n]);
-        most = most.max(rss(s.pid()));
+        most = most.max(rss_bytes(s.pid()));
         std::thread::sleep(Duration::from_millis(5));
     }
     assert!(got == want, "the log differs from output.log");
@@ -359,7 +293,7 @@ fn a_follower_that_never_reads_delays_neither_the_job_nor_other_clients() {
     let t = Instant::now();
     let (status, _) = request_head(&mut second, &format!("/v1/jobs/{id}/log?follow=true"), &[]);
     assert_eq!(status, 200);
-    let chunk = read_chunk(&mut second).unwrap();
+    let chunk = second.read_chunk().unwrap();
     assert!(chunk.starts_with(b"xxxx"));
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     let cancelled = c.post(&format!("/v1/jobs/{id}/cancel"), &json!({})).json();
@@ -386,7 +320,7 @@ fn a_follow_waits_among_the_capped_waiting_requests() {
             let mut f = s.client();
             let (status, _) = request_head(&mut f, &target, &[]);
             assert_eq!(status, 200);
-            assert_eq!(read_chunk(&mut f).unwrap(), b"started\n");
+            assert_eq!(f.read_chunk().unwrap(), b"started\n");
             f
         })
         .collect();
@@ -414,8 +348,8 @@ fn a_follow_waits_among_the_capped_waiting_requests() {
     let mut f = s.client();
     let (status, _) = request_head(&mut f, &format!("/v1/jobs/{done}/log?follow=true"), &[]);
     assert_eq!(status, 200);
-    assert_eq!(read_chunk(&mut f).unwrap(), b"done\n");
-    assert_eq!(read_chunk(&mut f), None);
+    assert_eq!(f.read_chunk().unwrap(), b"done\n");
+    assert_eq!(f.read_chunk(), None);
     c.post(&format!("/v1/jobs/{id}/cancel"), &json!({}));
 }
 

@@ -3,12 +3,6 @@
 
 use crate::util::*;
 
-fn start(c: &mut Client, body: Value) -> String {
-    let r = c.post("/v1/jobs", &body);
-    assert_eq!(r.status, 200, "{}", r.text());
-    text(&r.json(), "id").to_string()
-}
-
 fn pending_is(c: &mut Client, id: &str, want: &str) -> Value {
     eventually_ok(PROMPT, &format!("pending {want:?}"), || {
         let v = c.get(&format!("/v1/jobs/{id}")).json();
@@ -24,9 +18,7 @@ fn pending_is(c: &mut Client, id: &str, want: &str) -> Value {
 fn a_prompt_without_a_newline_is_in_every_answer_until_it_is_answered() {
     let s = Server::start(&[]);
     let mut c = s.client();
-    let id = start(
-        &mut c,
-        json!({"command": "printf 'Continue? [y/N] '; read x; echo \"got $x\"; printf '\\033[32m50%%\\033[0m\\r75%%'; read y",
+    let id = c.start_id(json!({"command": "printf 'Continue? [y/N] '; read x; echo \"got $x\"; printf '\\033[32m50%%\\033[0m\\r75%%'; read y",
                "interactive": true, "background": true}),
     );
     let v = pending_is(&mut c, &id, "Continue? [y/N] ");
@@ -64,9 +56,7 @@ fn a_pending_line_never_shows_a_secret_nor_the_start_of_one() {
     let s = Server::start(&[]);
     let mut c = s.client();
     let scratch = s.home.join("printed");
-    let id = start(
-        &mut c,
-        json!({"command": format!("printf 'token=%s ok' \"$S\"; read a; printf '\\nkey: sk-li'; touch {}; read b", scratch.display()),
+    let id = c.start_id(json!({"command": format!("printf 'token=%s ok' \"$S\"; read a; printf '\\nkey: sk-li'; touch {}; read b", scratch.display()),
                "secretEnv": {"S": "sk-live-4f9a2b7c"}, "interactive": true, "background": true}),
     );
     let v = pending_is(&mut c, &id, "token=[redacted] ok");
@@ -98,10 +88,8 @@ fn a_pending_line_never_shows_a_secret_nor_the_start_of_one() {
 fn a_job_without_stdin_shows_what_it_is_doing() {
     let s = Server::start(&[]);
     let mut c = s.client();
-    let id = start(
-        &mut c,
-        json!({"command": "printf 'step 1\\nworking...'; sleep 30", "background": true}),
-    );
+    let id = c
+        .start_id(json!({"command": "printf 'step 1\\nworking...'; sleep 30", "background": true}));
     let v = pending_is(&mut c, &id, "working...");
     assert_eq!(v["output"], "step 1\n");
     let v = c.post(&format!("/v1/jobs/{id}/cancel"), &json!({})).json();

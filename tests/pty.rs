@@ -6,12 +6,6 @@ use std::time::{Duration, Instant};
 
 use crate::util::*;
 
-fn start(c: &mut Client, body: Value) -> String {
-    let r = c.post("/v1/jobs", &body);
-    assert_eq!(r.status, 200, "{}", r.text());
-    text(&r.json(), "id").to_string()
-}
-
 fn write(c: &mut Client, id: &str, data: &[u8], close: bool) -> Resp {
     let q = if close { "?close=true" } else { "" };
     c.send("POST", &format!("/v1/jobs/{id}/stdin{q}"), &[], Some(data))
@@ -40,8 +34,7 @@ fn stdin_arrives_exact_and_closes() {
     let s = Server::start(&[]);
     let mut c = s.client();
     let dest = s.dir().join("got.bin");
-    let id = start(
-        &mut c,
+    let id = c.start_id(
         json!({"command": format!("cat > '{}'", dest.display()), "interactive": true,
                "background": true}),
     );
@@ -72,7 +65,7 @@ fn stdin_refusals() {
     let s = Server::start(&[]);
     let mut c = s.client();
     // Not interactive.
-    let plain = start(&mut c, json!({"command": "sleep 30", "background": true}));
+    let plain = c.start_id(json!({"command": "sleep 30", "background": true}));
     let r = write(&mut c, &plain, b"x", false);
     assert_eq!(
         (r.status, r.code()),
@@ -87,10 +80,7 @@ fn stdin_refusals() {
     );
     assert_eq!(r.status, 409, "{}", r.text());
     // Closed.
-    let id = start(
-        &mut c,
-        json!({"command": "sleep 30", "interactive": true, "background": true}),
-    );
+    let id = c.start_id(json!({"command": "sleep 30", "interactive": true, "background": true}));
     assert_eq!(write(&mut c, &id, b"", true).status, 200);
     let r = write(&mut c, &id, b"x", false);
     assert_eq!(
@@ -149,8 +139,7 @@ fn stdin_refusals() {
 fn a_job_that_does_not_read_never_blocks_and_the_writer_is_told() {
     let s = Server::start(&["--max-body", "4194304"]);
     let mut c = s.client();
-    let id = start(
-        &mut c,
+    let id = c.start_id(
         json!({"command": "i=0; while [ $i -lt 400 ]; do echo tick$i; i=$((i+1)); sleep 0.05; done",
                "interactive": true, "background": true}),
     );
@@ -176,9 +165,7 @@ fn a_job_that_does_not_read_never_blocks_and_the_writer_is_told() {
 fn terminal_size_resize_term_and_exit_status() {
     let s = Server::start(&[]);
     let mut c = s.client();
-    let id = start(
-        &mut c,
-        json!({"command": "stty size; echo \"term=$TERM\"; read a; stty size; echo \"got=$a\"; read b; exit 3",
+    let id = c.start_id(json!({"command": "stty size; echo \"term=$TERM\"; read a; stty size; echo \"got=$a\"; read b; exit 3",
                "pty": {"cols": 80, "rows": 24}, "background": true}),
     );
     wait_output(&s, &id, "24 80");
@@ -218,11 +205,8 @@ fn terminal_size_resize_term_and_exit_status() {
 fn ctrl_c_interrupts_the_foreground_job() {
     let s = Server::start(&[]);
     let mut c = s.client();
-    let id = start(
-        &mut c,
-        json!({"command": "echo ready; sleep 30; echo after",
-               "pty": {"cols": 80, "rows": 24}, "background": true}),
-    );
+    let id = c.start_id(json!({"command": "echo ready; sleep 30; echo after",
+               "pty": {"cols": 80, "rows": 24}, "background": true}));
     wait_output(&s, &id, "ready");
     // The signal must find sleep in the foreground, not the shell about to start it.
     eventually(PROMPT, "sleep to run", || {
@@ -326,9 +310,7 @@ fn send(w: &mut Ws, b: &[u8]) {
 }
 
 fn shell(c: &mut Client) -> String {
-    start(
-        c,
-        json!({"command": "PS1='$ ' exec sh -i", "pty": {"cols": 80, "rows": 24}, "background": true}),
+    c.start_id(json!({"command": "PS1='$ ' exec sh -i", "pty": {"cols": 80, "rows": 24}, "background": true}),
     )
 }
 
@@ -384,7 +366,7 @@ fn websocket_keystrokes_output_resize_and_exit() {
 fn websocket_refusals() {
     let s = Server::start(&[]);
     let mut c = s.client();
-    let plain = start(&mut c, json!({"command": "sleep 30", "background": true}));
+    let plain = c.start_id(json!({"command": "sleep 30", "background": true}));
     let id = shell(&mut c);
     // Not an upgrade.
     let r = c.get(&format!("/v1/jobs/{id}/pty"));
@@ -490,9 +472,7 @@ fn a_session_survives_the_server_and_a_reattach_redraws() {
 fn a_viewer_that_does_not_read_is_closed_and_the_job_runs_on() {
     let s = Server::start(&[]);
     let mut c = s.client();
-    let id = start(
-        &mut c,
-        json!({"command": "read go; head -c 40000000 /dev/zero | tr '\\0' a; echo; sleep 1; echo done-marker",
+    let id = c.start_id(json!({"command": "read go; head -c 40000000 /dev/zero | tr '\\0' a; echo; sleep 1; echo done-marker",
                "pty": {"cols": 80, "rows": 24}, "background": true}),
     );
     let lazy = ws(&s, &id, "");
@@ -533,8 +513,7 @@ fn a_viewer_that_does_not_read_is_closed_and_the_job_runs_on() {
 fn a_secret_split_across_writes_is_masked_in_every_frame_and_the_log() {
     let s = Server::start(&[]);
     let mut c = s.client();
-    let id = start(
-        &mut c,
+    let id = c.start_id(
         json!({"command": "read go; printf 'x-secr'; sleep 0.5; printf 'et-value-y\\n'; sleep 0.5",
                "secretEnv": {"S": "secret-value"}, "pty": {"cols": 80, "rows": 24},
                "background": true}),
@@ -721,7 +700,7 @@ fn a_terminal_job_of_another_user_owns_its_terminal() {
             .flatten()
             .is_none()
     {
-        eprintln!("skipped: needs root and the user nobody");
+        skip_root("needs root and the user nobody");
         return;
     }
     let sb = Sandbox::new();
@@ -752,9 +731,7 @@ fn with_secrets_configured_a_prompt_shows_at_once_and_a_coloured_secret_stays_ma
     let mut c = s.client();
     // A prompt without a newline after output, then a secret that grep-style colouring and
     // a cursor move back draw whole on the screen.
-    let id = start(
-        &mut c,
-        json!({"command": "printf 'ready> '; read x; echo \"hi $x\"; printf 'key=sk-\\033[01;31m\\033[Klive-4f9a\\033[m\\033[K2b7c\\r\\n'; printf 'xxxxxve-4f9a2b7c\\rsk-li\\r\\n'; printf 'next> '; read y",
+    let id = c.start_id(json!({"command": "printf 'ready> '; read x; echo \"hi $x\"; printf 'key=sk-\\033[01;31m\\033[Klive-4f9a\\033[m\\033[K2b7c\\r\\n'; printf 'xxxxxve-4f9a2b7c\\rsk-li\\r\\n'; printf 'next> '; read y",
                "secretEnv": {"S": "sk-live-4f9a2b7c"}, "pty": {"cols": 80, "rows": 24},
                "background": true}),
     );

@@ -130,7 +130,7 @@ fn fork_server(s: &Server) -> i32 {
 #[test]
 fn a_job_that_stops_the_fork_server_holds_no_later_start() {
     if !is_root() {
-        eprintln!("note: not root, so jobs cannot signal the fork server; skipping");
+        skip_root("not root, so jobs cannot signal the fork server");
         return;
     }
     let s = Server::start(&[]);
@@ -418,7 +418,7 @@ fn listed(list: &Value, id: &str) -> Value {
 
 fn thief_is_settled_at_once(sb: Sandbox, escape: bool) {
     if !is_root() {
-        eprintln!("note: not root, so a job cannot kill its supervisor; skipping");
+        skip_root("not root, so a job cannot kill its supervisor");
         return;
     }
     let s = Server::start_in(Arc::new(sb), "127.0.0.1:0", &[]);
@@ -496,7 +496,7 @@ fn a_lock_holder_that_escaped_the_sweep_is_named_and_the_job_is_lost_at_once() {
 #[test]
 fn a_listing_says_what_it_could_not_settle_and_a_read_settles_it() {
     if !is_root() {
-        eprintln!("note: not root, so a job cannot kill its supervisor; skipping");
+        skip_root("not root, so a job cannot kill its supervisor");
         return;
     }
     let s = Server::start(&[]);

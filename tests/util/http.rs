@@ -40,15 +40,20 @@ impl Resp {
     }
 
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        header(&self.headers, name)
     }
 
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
+}
+
+/// The value of the header `name` (any case) among `headers`.
+pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
 }
 
 /// A connection: TCP or unix.
@@ -146,6 +151,23 @@ impl Client {
         self.call("POST", path, Some(body))
     }
 
+    /// Starts a job (`POST /v1/jobs` with `body`), fails the test unless it is answered
+    /// 200, and returns the job's record.
+    pub fn start_job(&mut self, body: Value) -> Value {
+        let r = self.post("/v1/jobs", &body);
+        assert_eq!(r.status, 200, "POST /v1/jobs {body}: {}", r.text());
+        r.json()
+    }
+
+    /// [`Client::start_job`], returning the job's id.
+    pub fn start_id(&mut self, body: Value) -> String {
+        let v = self.start_job(body);
+        v["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no id in {v:#}"))
+            .to_string()
+    }
+
     /// Sends a request with extra headers and a raw body, reads the answer and checks it
     /// against the documented schema (panicking with every mismatch).
     pub fn send(
@@ -185,26 +207,65 @@ impl Client {
         self.r.get_mut().write_all(bytes)
     }
 
+    /// Reads a status line and the headers, leaving the body to be read; `None` if the
+    /// connection closed first or what came is not a response head.
+    fn try_read_head(&mut self) -> Option<(u16, Vec<(String, String)>)> {
+        let mut line = String::new();
+        if self.r.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        let status: u16 = line.split(' ').nth(1)?.parse().ok()?;
+        let mut headers = Vec::new();
+        loop {
+            let mut h = String::new();
+            self.r.read_line(&mut h).ok()?;
+            let h = h.trim_end();
+            if h.is_empty() {
+                return Some((status, headers));
+            }
+            let (k, v) = h.split_once(':')?;
+            headers.push((k.trim().to_string(), v.trim().to_string()));
+        }
+    }
+
+    /// Reads a response's status and headers, leaving its body (say, a stream) to be read;
+    /// panics if no response head comes.
+    pub fn read_head(&mut self) -> (u16, Vec<(String, String)>) {
+        self.try_read_head()
+            .expect("a response head (status line and headers)")
+    }
+
+    /// Reads one chunk of a chunked body: `None` at the last chunk (and its trailers).
+    /// Panics if the connection closes first or the framing is wrong.
+    pub fn read_chunk(&mut self) -> Option<Vec<u8>> {
+        let mut line = String::new();
+        assert!(
+            self.r.read_line(&mut line).unwrap() > 0,
+            "the connection closed before the last chunk"
+        );
+        let size = line.trim_end().split(';').next().unwrap();
+        let n = usize::from_str_radix(size, 16).unwrap_or_else(|_| panic!("chunk size {line:?}"));
+        if n == 0 {
+            loop {
+                let mut t = String::new();
+                self.r.read_line(&mut t).unwrap();
+                if t == "\r\n" {
+                    return None;
+                }
+            }
+        }
+        let mut data = vec![0; n + 2];
+        self.r.read_exact(&mut data).unwrap();
+        assert_eq!(&data[n..], b"\r\n", "a chunk ends with CRLF");
+        data.truncate(n);
+        Some(data)
+    }
+
     /// Reads one response (skipping `100 Continue`); `None` if the connection closed first.
     /// Not checked against the schema: the request it answers is not known here.
     pub fn read_response(&mut self) -> Option<Resp> {
         loop {
-            let mut line = String::new();
-            if self.r.read_line(&mut line).ok()? == 0 {
-                return None;
-            }
-            let status: u16 = line.split(' ').nth(1)?.parse().ok()?;
-            let mut headers = Vec::new();
-            loop {
-                let mut h = String::new();
-                self.r.read_line(&mut h).ok()?;
-                let h = h.trim_end();
-                if h.is_empty() {
-                    break;
-                }
-                let (k, v) = h.split_once(':')?;
-                headers.push((k.trim().to_string(), v.trim().to_string()));
-            }
+            let (status, headers) = self.try_read_head()?;
             if status == 100 {
                 continue;
             }

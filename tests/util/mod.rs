@@ -9,24 +9,32 @@
 //!   HTTP/1.1 client whose every JSON answer is checked against `docs/openapi.json`.
 //! - [`TestUser`]: a user made for one test (jobs that run as someone else), removed with
 //!   its home afterwards; its drop fails the test if any process of the user is left.
+//! - [`record`] / [`plant`]: job records written straight into a state root.
+//! - [`skip`] / [`skip_root`]: the one way a test that cannot run here says so (a
+//!   `SKIPPED` line the runner shows, counted by `scripts/test.sh`; under
+//!   `GITTERM_REQUIRE_ALL=1` a root-only skip fails).
 //! - [`eventually`]: the one way to wait for something. Tests poll, never sleep for a
 //!   condition, and no assertion is on a tighter timing than [`PROMPT`] unless it says why.
 #![allow(dead_code, unused_imports)]
 
 pub mod http;
 pub mod procs;
+pub mod records;
 pub mod sandbox;
 pub mod schema;
 pub mod server;
+pub mod skip;
 pub mod users;
 
 use std::time::{Duration, Instant};
 
 pub use http::{Client, Resp};
 pub use procs::*;
+pub use records::{plant, record};
 pub use sandbox::{Out, Sandbox};
 pub use serde_json::{Value, json};
 pub use server::Server;
+pub use skip::{skip, skip_root};
 pub use users::{TestUser, is_root, uid_processes};
 
 /// The binary under test.

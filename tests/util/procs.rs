@@ -332,3 +332,48 @@ pub fn children_named(parent: i32, comm: &str) -> Vec<i32> {
         })
         .collect()
 }
+
+/// How many connections wait in the accept queue of the TCP socket listening at `addr`
+/// (`host:port`), from `/proc/net/tcp` and `tcp6` (a listening socket's `rx_queue`);
+/// `None` if no socket listens on that port. `Some(0)`: the server took every connection
+/// made so far.
+pub fn accept_queue(addr: &str) -> Option<usize> {
+    let port = addr.rsplit_once(':')?.1.parse::<u16>().ok()?;
+    let port = format!("{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .find_map(|table| {
+            let text = fs::read_to_string(table).ok()?;
+            text.lines().skip(1).find_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                let local_port = f.get(1)?.rsplit_once(':')?.1;
+                // State 0A is LISTEN; then rx_queue (after the colon in field 4) is the backlog.
+                if local_port != port || *f.get(3)? != "0A" {
+                    return None;
+                }
+                usize::from_str_radix(f.get(4)?.split_once(':')?.1, 16).ok()
+            })
+        })
+}
+
+/// The resident memory of process `pid` in bytes (`VmRSS` in `/proc/<pid>/status`), or 0
+/// once it is gone.
+pub fn rss_bytes(pid: u32) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// What the open file descriptors of process `pid` name (`/proc/<pid>/fd/*`, as the kernel
+/// spells them: an unnamed `O_TMPFILE` file is `<folder>/#<inode> (deleted)`).
+pub fn open_files(pid: u32) -> Vec<PathBuf> {
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| fs::read_link(e.path()).ok())
+        .collect()
+}

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::procs::{kill, proc_state};
+use super::skip::skip_root;
 
 /// One test at a time edits the user database (useradd locks it and fails when busy).
 static USER_DB: Mutex<()> = Mutex::new(());
@@ -72,11 +73,12 @@ fn ids(file: &str, name: &str) -> Option<(u32, u32)> {
 
 impl TestUser {
     /// A fresh user whose name starts with `gt` and `tag` (a few lowercase letters), or
-    /// `None`, with a note on stderr, where the tests do not run as root or the tools are
-    /// missing: the test then skips what needs another user.
+    /// `None` where the tests do not run as root or the tools are missing: then this has
+    /// already called [`skip_root`] for the test, which returns (or skips the part that
+    /// needs another user).
     pub fn create(tag: &str) -> Option<TestUser> {
         if !is_root() {
-            eprintln!("note: not root, so no job user can be made; skipping what needs one");
+            skip_root("not root, so no job user can be made");
             return None;
         }
         let n = SERIAL.fetch_add(1, Ordering::Relaxed);
@@ -84,12 +86,12 @@ impl TestUser {
         assert!(name.len() <= 32, "user name {name} is too long");
         let group = format!("{name}g");
         if let Err(e) = userdb("groupadd", &[&group]) {
-            eprintln!("note: cannot make a group ({e}); skipping what needs a job user");
+            skip_root(&format!("cannot make a group for a job user ({e})"));
             return None;
         }
         if let Err(e) = userdb("useradd", &["-m", "-s", "/bin/bash", "-U", &name]) {
             let _ = userdb("groupdel", &[&group]);
-            eprintln!("note: cannot make a user ({e}); skipping what needs a job user");
+            skip_root(&format!("cannot make a job user ({e})"));
             return None;
         }
         userdb("usermod", &["-aG", &group, &name]).expect("add the supplementary group");
