@@ -710,14 +710,14 @@ impl WireMasker {
                 }
                 b'd' => {
                     let (col, known) = (self.col, self.known);
-                    self.to_screen_row(n(p1) - 1);
+                    self.go_to_screen_row(n(p1) - 1);
                     if self.known {
                         self.col = col;
                         self.known = known;
                     }
                 }
                 b'H' | b'f' => {
-                    self.to_screen_row(n(p1) - 1);
+                    self.go_to_screen_row(n(p1) - 1);
                     self.col = (n(p2) - 1).min(self.cols - 1);
                     self.known = true;
                 }
@@ -823,7 +823,7 @@ impl WireMasker {
 
     /// To screen row `t` (from 0), as absolute positioning goes: a move where the model
     /// knows the cursor's screen row, else a fresh start on a row it now knows.
-    fn to_screen_row(&mut self, t: usize) {
+    fn go_to_screen_row(&mut self, t: usize) {
         let t = t.min(self.lines - 1);
         match self.screen {
             Some(s) => self.move_rows(t as i64 - s as i64),
