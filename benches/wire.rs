@@ -6,7 +6,7 @@
 //! goes through a plain copy, the byte redactor (`text::redact::Redactor`) and the wire
 //! masker (`text::wire::WireMasker`, 200 x 50), the last two with 4 secrets of 20–40
 //! characters. Figures are input MB (10^6 bytes) per second, best of 3 runs, and the
-//! masker's against the redactor's and the copy's.
+//! masker's as a share of the redactor's and the copy's.
 
 use gitterm_agent::text::redact::Redactor;
 use gitterm_agent::text::wire::WireMasker;
@@ -245,10 +245,10 @@ fn main() {
         });
         println!(
             "{name:<9} {:>5.1} MB: copy {plain:>7.0} MB/s, redactor {redact:>6.0} MB/s, \
-             wire masker {wire:>5.0} MB/s ({:.2}x the redactor, {:.3}x the copy)",
+             wire masker {wire:>5.0} MB/s ({:.2}% of the redactor's, {:.3}% of the copy's)",
             input.len() as f64 / 1e6,
-            wire / redact,
-            wire / plain
+            100.0 * wire / redact,
+            100.0 * wire / plain
         );
     }
 }
