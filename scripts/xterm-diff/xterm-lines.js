@@ -6,6 +6,12 @@
 // showing anything, if lower), each as
 // `translateToString(true)` shows it (cells never written or erased at the end dropped).
 //
+// `--cols N` sets another width (say 20, to exercise autowrap). `--join` prints, per case,
+// `{"lines": [...], "scrolled": n}` instead: rows that xterm.js marks as wrapped
+// (`isWrapped`) are joined to the row above, as the eye reads them (a row followed by a
+// wrapped one keeps its trailing blanks), every row of the buffer, and `scrolled` says how
+// many rows scrolled off the 24-row screen.
+//
 // `@xterm/headless` is found as node finds any package: in node_modules here or on
 // NODE_PATH.
 'use strict';
@@ -13,7 +19,14 @@
 const { Terminal } = require('@xterm/headless');
 const readline = require('readline');
 
-const COLS = 2000;
+const argv = process.argv.slice(2);
+const colsAt = argv.indexOf('--cols');
+const COLS = colsAt >= 0 ? Number(argv[colsAt + 1]) : 2000;
+const JOIN = argv.includes('--join');
+if (!Number.isInteger(COLS) || COLS < 2) {
+  console.error('xterm-lines.js: --cols takes a width of at least 2, say --cols 20');
+  process.exit(2);
+}
 const ROWS = 24;
 const SCROLLBACK = 100000;
 
@@ -35,6 +48,19 @@ function render(bytes) {
     term.write(onlcr(bytes), () => {
       const buf = term.buffer.active;
       const lines = [];
+      if (JOIN) {
+        for (let y = 0; y < buf.length; y++) {
+          const line = buf.getLine(y);
+          const next = buf.getLine(y + 1);
+          const text = line.translateToString(!(next && next.isWrapped));
+          if (line.isWrapped && lines.length > 0) lines[lines.length - 1] += text;
+          else lines.push(text);
+        }
+        const scrolled = buf.baseY;
+        term.dispose();
+        resolve({ lines, scrolled });
+        return;
+      }
       for (let y = 0; y < buf.length; y++) {
         lines.push(buf.getLine(y).translateToString(true));
       }

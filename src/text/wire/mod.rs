@@ -112,6 +112,8 @@ struct Tok {
     cell: Option<(i64, usize, u64)>,
     /// Where the cursor was after it (row, column, and whether the next character wraps).
     at: (i64, usize, bool),
+    /// Insert mode was on after it.
+    insert: bool,
 }
 
 /// Splits the stream into tokens, keeping every byte.
@@ -302,6 +304,7 @@ impl WireMasker {
             seq,
             cell,
             at: (self.row, self.col, self.wrap_next),
+            insert: self.insert,
         });
         if self.spot.is_none() || self.held.len() > HOLD_MAX {
             self.check();
@@ -375,28 +378,31 @@ impl WireMasker {
                 out.extend_from_slice(bytes);
             }
             from = t.end;
-            last_at = Some(t.at);
+            last_at = Some((t.at, t.insert));
         }
         self.held.drain(..from);
         for t in &mut self.toks {
             t.end -= from;
         }
-        if let Some(at) = last_at {
-            self.repaint(at, out);
+        if let Some((at, insert)) = last_at {
+            self.repaint(at, insert, out);
         }
-        // What is still queued is checked again with what follows it.
+        // What is still queued is checked again with what follows it: the rows it wrote,
+        // and the row each token left the cursor on (an erase or a deletion that is held
+        // changed that row, and may have made a secret of cells sent before).
         for t in &self.toks {
-            if let Some((row, _, _)) = t.cell
-                && !self.dirty.contains(&row)
-            {
-                self.dirty.push(row);
+            for row in t.cell.map(|c| c.0).into_iter().chain([t.at.0]) {
+                if !self.dirty.contains(&row) {
+                    self.dirty.push(row);
+                }
             }
         }
     }
 
     /// Overwrites with masks the cells of a found secret that a viewer sees in clear, from
-    /// the cursor at `at` and back to it.
-    fn repaint(&mut self, at: (i64, usize, bool), out: &mut Vec<u8>) {
+    /// the cursor at `at` and back to it; `insert`: insert mode is on there (the masks must
+    /// overwrite, not push the row right).
+    fn repaint(&mut self, at: (i64, usize, bool), insert: bool, out: &mut Vec<u8>) {
         if self.secret.is_empty() {
             return;
         }
@@ -420,6 +426,9 @@ impl WireMasker {
                 if !show {
                     c += 1;
                     continue;
+                }
+                if !moved && insert {
+                    out.extend_from_slice(b"\x1b[4l");
                 }
                 move_to(out, (row, col), (r, c));
                 moved = true;
@@ -459,6 +468,9 @@ impl WireMasker {
                 Some(t) => out.extend_from_slice(&t),
                 None => out.push(b' '),
             }
+        }
+        if insert {
+            out.extend_from_slice(b"\x1b[4h");
         }
     }
 
@@ -562,7 +574,8 @@ impl WireMasker {
                     .cells
                     .get(self.col)
                     .is_some_and(|c| c.len > 0 && c.text() != ch);
-                self.insert || self.wrap_next || overwrites
+                // Inserting pushes the rest of the row right (past the margin, maybe).
+                (self.insert && any(after)) || self.wrap_next || overwrites
             }
             // What makes the model forget: the rows are checked while it still has them.
             Op::Forget => true,

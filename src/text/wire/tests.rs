@@ -476,6 +476,29 @@ fn from_an_unknown_column_a_backspace_moves_one_left_whatever_the_width() {
     );
 }
 
+/// The masked bytes, fed in these chunks, draw what the input draws with some cells shown
+/// as `*`, and never the secret.
+#[track_caller]
+fn assert_same_screen_with_masks(chunks: &[&[u8]]) {
+    let input = chunks.concat();
+    let (out, _) = mask(chunks, 200);
+    let (clear, shown) = (draw(&input, 200), draw(&out, 200));
+    assert!(
+        shows_secret(&out, 200).is_none(),
+        "the wire draws it: {shown:?}"
+    );
+    let same = clear.len() == shown.len()
+        && clear.iter().zip(&shown).all(|(a, b)| {
+            a.chars().count() == b.chars().count()
+                && a.chars().zip(b.chars()).all(|(x, y)| x == y || y == '*')
+        });
+    assert!(
+        same,
+        "clear {clear:?}\nshown {shown:?}\nfrom {:?}",
+        String::from_utf8_lossy(&out)
+    );
+}
+
 #[test]
 fn absolute_positioning_is_followed_where_the_screen_row_is_known() {
     // Up from a row the cursor was put on: rows above it are the screen's.
@@ -486,4 +509,34 @@ fn absolute_positioning_is_followed_where_the_screen_row_is_known() {
     let mut bottom = b"\x1b[24;1Hsk-li".to_vec();
     bottom.extend_from_slice(b"\x1b[1B\x1b[6Gve-4f9a2b7c");
     assert_masked(&bottom);
+}
+
+#[test]
+fn a_deletion_that_joins_a_secret_and_waits_is_masked_when_it_goes_out() {
+    // The deletion joins the halves with the cursor behind a prefix, so it waits; when
+    // what follows sends it, the row it changed is checked with it.
+    assert_masked(b"sk-live-XX4f9a2b7c\x1b[10D\x1b[2P\r\n");
+    assert_same_screen_with_masks(&[b"sk-live-XX4f9a2b7c\x1b[10D\x1b[2P", b"\r\nnext\r\n"]);
+    assert_same_screen_with_masks(&[b"sk-live-XX4f9a2b7c\x1b[10D\x1b[2P"]);
+}
+
+#[test]
+fn a_repaint_in_insert_mode_overwrites() {
+    // The character inserted last completes the secret out of cells already sent: the
+    // repaint turns insert mode off for its masks and on again.
+    assert_same_screen_with_masks(&[b"sk-live-4f9a2b7X\x1b[D\x1b[4hc", b"\x1b[4l\r\n"]);
+    assert_same_screen_with_masks(&[b"sk-live-4f9a2b7X\x1b[D\x1b[4hc", b"d\x1b[4l\r\n"]);
+}
+
+#[test]
+fn typing_in_insert_mode_at_the_end_of_a_row_still_waits() {
+    let mut m = WireMasker::new(&[SECRET.as_bytes()], 80, 24);
+    let mut out = Vec::new();
+    m.feed(b"$ \x1b[4hsk-li", &mut out);
+    assert_eq!(out, b"$ \x1b[4h");
+    m.feed(b"ve-4f9a2b7c\x1b[4l\r\n", &mut out);
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        format!("$ \x1b[4h{}\x1b[4l\r\n", "*".repeat(SECRET.len()))
+    );
 }
