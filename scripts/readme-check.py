@@ -160,6 +160,7 @@ def main():
     for tool in ("bash", "curl", "jq"):
         if shutil.which(tool) is None:
             sys.exit(f"readme-check: `{tool}` is not installed; the README's snippets need it")
+    name = os.path.basename(args.readme)
     with open(args.readme, encoding="utf-8") as f:
         all_blocks = blocks(f.read())
 
@@ -211,7 +212,7 @@ def main():
             why = b.mark("skip")
             if why is not None:
                 skipped += 1
-                print(f"skip  README.md:{b.line}: {b.first_line()}  {why}")
+                print(f"skip  {name}:{b.line}: {b.first_line()}  {why}")
                 continue
             interrupt = b.mark("interrupt")
             secs = None
@@ -232,11 +233,11 @@ def main():
                 problem = "the agent answered with an error"
             if problem:
                 failed += 1
-                print(f"FAIL  README.md:{b.line}: {b.first_line()}  ({problem})")
+                print(f"FAIL  {name}:{b.line}: {b.first_line()}  ({problem})")
                 print("      " + "\n      ".join(out.rstrip().splitlines() or ["(no output)"]))
             else:
                 note = ", interrupted as planned" if interrupted else ""
-                print(f"ok    README.md:{b.line}: {b.first_line()}  ({took:.1f} s{note})")
+                print(f"ok    {name}:{b.line}: {b.first_line()}  ({took:.1f} s{note})")
                 if args.verbose:
                     print("      " + "\n      ".join(out.rstrip().splitlines() or ["(no output)"]))
     finally:
