@@ -665,7 +665,12 @@ mod tests {
                 let get = answer("GET", route);
                 assert_eq!(head.status, get.status, "{route:?}");
                 assert_eq!(head.route, route.template(), "{route:?}");
-                assert_eq!(head.body.len(), get.body.len(), "{route:?}");
+                // The same answer, less the body: its length, where the answer is the same
+                // from one call to the next (listening ports, metrics and the sandbox's
+                // counts change on a busy machine).
+                if !matches!(route, Route::ListPorts | Route::Metrics | Route::Sandbox) {
+                    assert_eq!(head.body.len(), get.body.len(), "{route:?}");
+                }
             } else if !Route::ALL
                 .iter()
                 .any(|r| r.method() == "GET" && r.template() == route.template())
