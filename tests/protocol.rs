@@ -561,8 +561,11 @@ fn a_viewer_that_never_reads_is_closed_with_1008_after_a_bounded_queue() {
         out.len()
     );
     assert_eq!(code, Some(1008), "after {} bytes", out.len());
+    // The server counts what it wrote to the socket against the 1 MiB; what TCP adds of
+    // its own on loopback (segments in flight, the receive window's rounding) is a few
+    // tens of KiB more on a loaded machine (seen: 36 KiB).
     assert!(
-        out.len() <= (1 << 20) + rcvbuf,
+        out.len() <= (1 << 20) + rcvbuf + (64 << 10),
         "{} bytes were queued for it",
         out.len()
     );

@@ -67,9 +67,15 @@ pub(super) struct Control {
     closing: bool,
     /// The job runs on a terminal (whose master `stdin` is).
     pub(super) tty: bool,
-    /// The terminal's output as viewers get it: raw, secrets masked.
-    wire: crate::text::wire::WireMasker,
-    /// The last output, for a viewer that attaches (between [`REPLAY`] and twice that).
+    /// The terminal's output as viewers get it: raw, secrets masked. Only while a viewer
+    /// is attached (or the masker still holds bytes): nobody else reads the wire, and
+    /// following the screen costs far more than storing the output.
+    wire: Option<crate::text::wire::WireMasker>,
+    /// What the wire masks, and the terminal's size, for a masker made when a viewer comes.
+    values: Vec<Vec<u8>>,
+    size: (u16, u16),
+    /// The last output, for a viewer that attaches (between [`REPLAY`] and twice that):
+    /// masked while `wire` is there, raw otherwise (masked when a viewer comes).
     replay: Vec<u8>,
     /// Offsets in `replay` between two escape sequences, where a replay may begin.
     cuts: std::collections::VecDeque<usize>,
@@ -100,7 +106,9 @@ impl Control {
             pending: Vec::new(),
             closing: false,
             tty,
-            wire: crate::text::wire::WireMasker::new(secrets, cols, rows),
+            wire: None,
+            values: secrets.iter().map(|v| v.to_vec()).collect(),
+            size: (cols, rows),
             replay: Vec::new(),
             cuts: std::collections::VecDeque::new(),
         })
@@ -255,6 +263,7 @@ impl Control {
                         "err busy {viewers} viewers are attached already, the most a terminal takes\n"
                     ));
                 }
+                self.start_masking();
                 let c = &mut self.conns[i];
                 c.view = view;
                 c.out.extend_from_slice(b"ok\n");
@@ -319,7 +328,10 @@ impl Control {
             (Some(m), true) => {
                 crate::os::pty::resize(m, cols, rows)
                     .map_err(|e| format!("conflict the terminal could not be resized: {e}"))?;
-                self.wire.resize(cols, rows);
+                self.size = (cols, rows);
+                if let Some(w) = &mut self.wire {
+                    w.resize(cols, rows);
+                }
                 Ok(())
             }
             (None, true) => Err("conflict the terminal is closed".into()),
@@ -355,21 +367,57 @@ impl Control {
 
     /// Masks these values too on the terminal wire from now on.
     pub(super) fn add_secrets(&mut self, values: &[&[u8]]) {
-        self.wire.add_secrets(values);
+        self.values.extend(values.iter().map(|v| v.to_vec()));
+        if let Some(w) = &mut self.wire {
+            w.add_secrets(values);
+        }
+    }
+
+    /// A viewer comes: the masker starts from the replay's first byte, which is where the
+    /// viewer's terminal starts drawing too, and the replay becomes what it sends.
+    fn start_masking(&mut self) {
+        if self.wire.is_some() {
+            return;
+        }
+        let values: Vec<&[u8]> = self.values.iter().map(Vec::as_slice).collect();
+        let mut w = crate::text::wire::WireMasker::new(&values, self.size.0, self.size.1);
+        let mut masked = Vec::with_capacity(self.replay.len());
+        w.feed(&self.replay, &mut masked);
+        self.replay = masked;
+        self.cuts.clear();
+        self.wire = Some(w);
     }
 
     /// The terminal's raw output: masked, kept for replay, and sent to every viewer.
     pub(super) fn output(&mut self, raw: &[u8], last: bool) {
+        let Some(wire) = &mut self.wire else {
+            // Nobody watches: kept raw for a viewer to come, from a line's start.
+            self.replay.extend_from_slice(raw);
+            if self.replay.len() > 2 * REPLAY {
+                let want = self.replay.len() - REPLAY;
+                let cut =
+                    memchr::memchr(b'\n', &self.replay[want..]).map_or(want, |p| want + p + 1);
+                self.replay.drain(..cut);
+            }
+            return;
+        };
         let mut masked = Vec::with_capacity(raw.len());
-        self.wire.feed(raw, &mut masked);
+        wire.feed(raw, &mut masked);
         if last {
-            self.wire.finish(&mut masked);
+            wire.finish(&mut masked);
+        }
+        let idle = wire.holding() == 0;
+        let rest = wire.at_rest();
+        if idle && !self.conns.iter().any(|c| c.view != View::None && !c.eof) {
+            // The last viewer left: the masker stops until the next one.
+            self.wire = None;
+            self.cuts.clear();
         }
         if masked.is_empty() {
             return;
         }
         self.replay.extend_from_slice(&masked);
-        if self.wire.at_rest() {
+        if rest {
             self.cuts.push_back(self.replay.len());
         }
         if self.replay.len() > 2 * REPLAY {
