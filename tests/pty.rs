@@ -773,3 +773,33 @@ fn with_secrets_configured_a_prompt_shows_at_once_and_a_coloured_secret_stays_ma
         String::from_utf8_lossy(&log)
     );
 }
+
+#[test]
+fn a_viewer_that_comes_later_gets_a_masked_replay() {
+    let s = Server::start(&[]);
+    let mut c = s.client();
+    // Printed while nobody watches: the replay is masked when a viewer comes.
+    let id = c.start_id(
+        json!({"command": "printf 'key=sk-\\033[01;31mlive-4f9a\\033[m2b7c and xxxxxve-4f9a2b7c\\rsk-li\\r\\n'; echo ready; read x",
+               "secretEnv": {"S": "sk-live-4f9a2b7c"}, "pty": {"cols": 80, "rows": 24},
+               "background": true}),
+    );
+    // The supervisor has read the secrets' lines (one write) once some of it is stored.
+    eventually(PROMPT, "the job to have printed", || {
+        let v = c.get(&format!("/v1/jobs/{id}")).json();
+        (v["outputBytes"].as_u64().unwrap_or(0) > 0).then_some(())
+    });
+    let mut w = ws(&s, &id, "");
+    let mut seen = Seen::default();
+    read_until(&mut w, &mut seen, "the replay", |s| {
+        contains(&s.out, "ready")
+    });
+    let out = String::from_utf8_lossy(&seen.out).into_owned();
+    assert!(!out.contains("sk-live-4f9a2b7c"), "{out:?}");
+    assert!(
+        out.contains("key=***\u{1b}[01;31m*********\u{1b}[m****"),
+        "{out:?}"
+    );
+    send(&mut w, b"\n");
+    read_until(&mut w, &mut seen, "the end", |s| s.close.is_some());
+}
