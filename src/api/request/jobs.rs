@@ -149,9 +149,7 @@ pub fn pty_size(m: &Map<String, Value>, what: &str) -> Result<crate::model::spec
 
 pub(super) fn job_env(f: &Fields) -> Result<BTreeMap<String, String>> {
     let env = f.string_map("env")?;
-    for (k, v) in &env {
-        crate::model::spec::check_env(k, v).map_err(|e| Error::Invalid(format!("env: {e}")))?;
-    }
+    crate::model::env::check_all(&env).map_err(|e| Error::Invalid(format!("env: {e}")))?;
     Ok(env)
 }
 
