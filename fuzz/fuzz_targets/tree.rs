@@ -73,7 +73,7 @@ fuzz_target!(|data: &[u8]| {
     drop(cur);
     let path = top.as_os_str().as_bytes().to_vec();
     let r = files::as_user(None, &root, |g| {
-        let p = files::resolve(g, &path, false, true)?;
+        let p = files::resolve(g, &path, files::FinalLink::Keep, files::Intent::MoveOrRemove)?;
         files::remove(g, &p, true)
     })
     .unwrap();

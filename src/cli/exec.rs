@@ -9,7 +9,7 @@ use super::exit::exit_status;
 use super::follow::{Waiter, watch};
 use super::print::{diagnostic, print_json, print_line};
 use crate::job::launch;
-use crate::model::error::{Error, Result};
+use crate::model::error::Result;
 use crate::model::limits::{LimitArgs, Seconds, SecondsOrZero};
 use crate::model::spec::{self, Config, StartRequest};
 use crate::model::{JobRecord, Status};
@@ -86,18 +86,10 @@ pub fn run(a: Args) -> Result<i32> {
     };
     let wait = a.wait.map(|w| w.0);
     for kv in a.env {
-        let (k, v) = kv
-            .split_once('=')
-            .ok_or_else(|| Error::Invalid(format!("--env {kv:?} is malformed: use NAME=value")))?;
-        spec::check_env(k, v)?;
-        req.env.insert(k.to_string(), v.to_string());
+        let (k, v) = crate::model::env::parse_assignment(&kv)?;
+        req.env.insert(k, v);
     }
-    for f in &a.secret_files {
-        for var in crate::os::privfile::load_file(f)? {
-            req.secrets.retain(|s| s.name != var.name);
-            req.secrets.push(var);
-        }
-    }
+    req.secrets = crate::job::secrets::gather(&a.secret_files, Vec::new())?;
     let store = super::open_store()?;
     if a.tty {
         let (cols, rows) = crate::os::term::size(std::io::stdout()).unwrap_or((80, 24));

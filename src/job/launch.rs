@@ -13,11 +13,9 @@ use nix::sys::signal::Signal;
 pub use super::handshake::JobEvents;
 use super::handshake::{LOCK_FD, Ready, SPEC_FD};
 use super::settle;
+use crate::model::env;
 use crate::model::error::{Error, Result};
-use crate::model::spec::{
-    Config, JobUser, MAX_ARG_BYTES, Spec, StartRequest, check_env, check_job_var_name,
-    check_seconds,
-};
+use crate::model::spec::{Config, JobUser, MAX_ARG_BYTES, Spec, StartRequest, check_seconds};
 use crate::model::{FORMAT_VERSION, JobId, JobRecord, Status};
 use crate::state::envstore::EnvStore;
 use crate::state::idempotency::{self, Earlier};
@@ -83,9 +81,7 @@ fn validate(req: &StartRequest, cfg: &Config) -> Result<Resolved> {
             req.command.len()
         )));
     }
-    for (k, v) in &req.env {
-        check_env(k, v)?;
-    }
+    env::check_all(&req.env)?;
     if (req.interactive || req.pty.is_some()) && req.stdin.is_some() {
         return Err(Error::Invalid(
             "stdin and interactive exclude each other: an interactive job's stdin is \
@@ -104,7 +100,7 @@ fn validate(req: &StartRequest, cfg: &Config) -> Result<Resolved> {
         }
     }
     for var in &req.secrets {
-        check_job_var_name(&var.name)?;
+        env::check_job_name(&var.name)?;
     }
     // Values a request stores in the clear (the record's cwd, the idempotency file) must
     // not spell out a secret in any form output would mask: refuse rather than store it or

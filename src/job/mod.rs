@@ -4,5 +4,6 @@
 pub mod control;
 pub mod handshake;
 pub mod launch;
+pub mod secrets;
 pub mod settle;
 pub mod supervisor;

@@ -1,5 +1,6 @@
 //! Pure data: ids, records, specs, requests, limits and errors. Nothing here does I/O.
 
+pub mod env;
 pub mod error;
 pub mod hash;
 pub mod id;

@@ -4,6 +4,7 @@
 //! Every message here names the file, line or variable at fault but never a value: these
 //! messages reach logs and HTTP clients.
 
+use crate::model::env::{NAME_RULE, check_name, is_valid_name};
 use crate::model::error::{Error, Result};
 use std::fmt;
 
@@ -97,7 +98,7 @@ pub fn serialize(vars: &[SecretVar]) -> String {
 pub fn from_map(map: &serde_json::Map<String, serde_json::Value>) -> Result<Vec<SecretVar>> {
     let mut out = Vec::with_capacity(map.len());
     for (name, value) in map {
-        validate_name(name).map_err(|e| Error::Invalid(format!("secretEnv: {e}")))?;
+        check_name(name).map_err(|e| Error::Invalid(format!("secretEnv: {e}")))?;
         let serde_json::Value::String(value) = value else {
             return Err(Error::Invalid(format!(
                 "secretEnv.{name} must be a string; secret values are strings"
@@ -110,30 +111,6 @@ pub fn from_map(map: &serde_json::Map<String, serde_json::Value>) -> Result<Vec<
         });
     }
     Ok(out)
-}
-
-const NAME_RULE: &str = "the variable name is invalid; names must match [A-Za-z_][A-Za-z0-9_]* (letters, digits, '_', not starting with a digit)";
-
-fn is_valid_name(name: &str) -> bool {
-    let mut bytes = name.bytes();
-    bytes
-        .next()
-        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
-        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
-}
-
-/// Checks an environment variable name against `[A-Za-z_][A-Za-z0-9_]*`.
-pub fn validate_name(name: &str) -> Result<()> {
-    if is_valid_name(name) {
-        return Ok(());
-    }
-    let mut shown: String = name.chars().take(64).collect();
-    if shown.len() < name.len() {
-        shown.push('…');
-    }
-    Err(Error::Invalid(format!(
-        "variable name {shown:?} is invalid; names must match [A-Za-z_][A-Za-z0-9_]* (letters, digits, '_', not starting with a digit)"
-    )))
 }
 
 /// Checks a secret value: at least [`MIN_VALUE_CHARS`] characters, and no CR, LF or NUL
@@ -214,16 +191,6 @@ mod tests {
                 }
                 other => panic!("{bad}: {other:?}"),
             }
-        }
-    }
-
-    #[test]
-    fn names_follow_the_rule() {
-        for good in ["A", "_", "_a1", "PATH", "a_B_9"] {
-            assert!(validate_name(good).is_ok(), "{good}");
-        }
-        for bad in ["", "1", "A B", "A=B", "Ä", "a-b", "a.b"] {
-            assert!(validate_name(bad).is_err(), "{bad}");
         }
     }
 

@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::env;
 use crate::model::error::{Error, Result};
-use crate::model::secret::validate_name;
 
 /// The most variables the store holds.
 pub const MAX_VARS: usize = 64;
@@ -150,10 +150,10 @@ impl EnvStore {
         for (name, value) in set {
             check_var(name, value)?;
             // Every job gets its own marker; a persisted one would be a forgery.
-            crate::model::spec::check_job_var_name(name)?;
+            env::check_job_name(name)?;
         }
         for name in unset {
-            validate_name(name)?;
+            env::check_name(name)?;
             if set.contains_key(name) {
                 return Err(Error::Invalid(format!(
                     "variable {name} is both set and unset; name it in one of them only"
@@ -234,7 +234,7 @@ impl EnvStore {
 }
 
 fn check_var(name: &str, value: &str) -> Result<()> {
-    validate_name(name)?;
+    env::check_name(name)?;
     if value.contains('\0') {
         return Err(Error::Invalid(format!(
             "the value of {name} holds a NUL byte; environment values cannot"

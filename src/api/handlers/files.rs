@@ -13,7 +13,7 @@ use crate::api::app::App;
 use crate::api::http::{BodyOut, Response, Source, Streamed, fault_of};
 use crate::api::request::{self, DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, query_bool};
 use crate::model::error::{Error, Result};
-use crate::os::files::{self as fs, Guard, Place, WriteError, WriteOpts};
+use crate::os::files::{self as fs, FinalLink, Guard, Intent, Place, WriteError, WriteOpts};
 
 /// The default `serve --max-file-bytes`: 4 GiB.
 pub const DEFAULT_MAX_FILE_BYTES: u64 = 4 << 30;
@@ -169,7 +169,8 @@ fn existing<'a>(p: &'a Place, path: &str) -> Result<&'a nix::sys::stat::FileStat
 pub fn stat(app: &App, call: &Call<'_>) -> Reply {
     Ok(run(app, |g, home| {
         let path = full_path(call.query.get("path"), "path", home)?;
-        let p = fs::resolve(g, path.as_bytes(), false, false).map_err(|e| fs_error(e, &path))?;
+        let p = fs::resolve(g, path.as_bytes(), FinalLink::Keep, Intent::Use)
+            .map_err(|e| fs_error(e, &path))?;
         let st = existing(&p, &path)?;
         Ok(stat_json(&path, &p, st))
     })?
@@ -191,7 +192,7 @@ pub fn list(app: &App, call: &Call<'_>) -> Reply {
     Ok(run(app, |g, home| {
         let path = full_path(call.query.get("path"), "path", home)?;
         let err = |e| fs_error(e, &path);
-        let p = fs::resolve(g, path.as_bytes(), true, false).map_err(err)?;
+        let p = fs::resolve(g, path.as_bytes(), FinalLink::Follow, Intent::Use).map_err(err)?;
         if !fs::is_dir(existing(&p, &path)?) {
             return Err(Error::Invalid(format!("{path}: not a folder")));
         }
@@ -277,7 +278,7 @@ pub fn read(app: &App, call: &Call<'_>) -> Reply {
         // A file replaced between its lookup and its open is looked up again (an upload's
         // rename), so a reader gets the old content or the new, not an error.
         for _ in 0..8 {
-            let p = fs::resolve(g, path.as_bytes(), true, false).map_err(err)?;
+            let p = fs::resolve(g, path.as_bytes(), FinalLink::Follow, Intent::Use).map_err(err)?;
             let st = existing(&p, &path)?;
             if fs::kind(st) != "file" {
                 return Err(Error::Invalid(format!(
@@ -391,7 +392,7 @@ pub fn write(app: &App, call: &Call<'_>, body: &mut (dyn Read + Send)) -> Reply 
         if create_dirs && let Some(i) = path.rfind('/').filter(|&i| i > 0) {
             make_dirs(g, &path[..i], 0o755)?;
         }
-        let p = fs::resolve(g, path.as_bytes(), true, false).map_err(err)?;
+        let p = fs::resolve(g, path.as_bytes(), FinalLink::Follow, Intent::Use).map_err(err)?;
         let o = WriteOpts {
             mode,
             overwrite,
@@ -435,7 +436,7 @@ fn make_dirs(g: &Guard, path: &str, mode: u32) -> Result<()> {
         at.push('/');
         at.push_str(c);
         let err = |e| fs_error(e, &at);
-        let p = fs::resolve(g, at.as_bytes(), true, false).map_err(err)?;
+        let p = fs::resolve(g, at.as_bytes(), FinalLink::Follow, Intent::Use).map_err(err)?;
         match &p.st {
             Some(st) if fs::is_dir(st) => {}
             Some(_) => return Err(Error::Invalid(format!("{at}: not a folder"))),
@@ -459,10 +460,10 @@ pub fn mkdir(app: &App, call: &Call<'_>) -> Reply {
         if b.parents {
             make_dirs(g, &path, mode)?;
         } else {
-            let p = fs::resolve(g, path.as_bytes(), false, false).map_err(err)?;
+            let p = fs::resolve(g, path.as_bytes(), FinalLink::Keep, Intent::Use).map_err(err)?;
             fs::mkdir(&p, mode).map_err(err)?;
         }
-        let p = fs::resolve(g, path.as_bytes(), false, false).map_err(err)?;
+        let p = fs::resolve(g, path.as_bytes(), FinalLink::Keep, Intent::Use).map_err(err)?;
         Ok(stat_json(&path, &p, existing(&p, &path)?))
     })?
     .into())
@@ -474,16 +475,19 @@ pub fn rename(app: &App, call: &Call<'_>) -> Reply {
     Ok(run(app, |g, home| {
         let from = full_path(Some(&b.from), "from", home)?;
         let to = full_path(Some(&b.to), "to", home)?;
-        let f = fs::resolve(g, from.as_bytes(), false, true).map_err(|e| fs_error(e, &from))?;
+        let f = fs::resolve(g, from.as_bytes(), FinalLink::Keep, Intent::MoveOrRemove)
+            .map_err(|e| fs_error(e, &from))?;
         existing(&f, &from)?;
-        let t = fs::resolve(g, to.as_bytes(), false, true).map_err(|e| fs_error(e, &to))?;
+        let t = fs::resolve(g, to.as_bytes(), FinalLink::Keep, Intent::MoveOrRemove)
+            .map_err(|e| fs_error(e, &to))?;
         if t.st.is_some() && !b.overwrite {
             return Err(Error::Conflict(format!(
                 "{to}: already exists (overwrite=true replaces it)"
             )));
         }
         fs::rename(&f, &t, b.overwrite).map_err(|e| fs_error(e, &to))?;
-        let t = fs::resolve(g, to.as_bytes(), false, false).map_err(|e| fs_error(e, &to))?;
+        let t = fs::resolve(g, to.as_bytes(), FinalLink::Keep, Intent::Use)
+            .map_err(|e| fs_error(e, &to))?;
         Ok(stat_json(&to, &t, existing(&t, &to)?))
     })?
     .into())
@@ -495,7 +499,8 @@ pub fn delete(app: &App, call: &Call<'_>) -> Reply {
     Ok(run(app, |g, home| {
         let path = full_path(call.query.get("path"), "path", home)?;
         let err = |e| fs_error(e, &path);
-        let p = fs::resolve(g, path.as_bytes(), false, true).map_err(err)?;
+        let p =
+            fs::resolve(g, path.as_bytes(), FinalLink::Keep, Intent::MoveOrRemove).map_err(err)?;
         existing(&p, &path)?;
         fs::remove(g, &p, recursive).map_err(err)?;
         Ok(json!({"path": path, "deleted": true}))

@@ -11,7 +11,6 @@ use crate::api::request::{self, Place, Wait};
 use crate::api::watch::{Kind, RECHECK};
 use crate::job::launch;
 use crate::model::error::{Error, Result};
-use crate::model::secret::SecretVar;
 use crate::model::{JobId, JobRecord, Status};
 
 pub fn start(app: &App, call: &Call<'_>) -> Reply {
@@ -36,18 +35,7 @@ pub fn start(app: &App, call: &Call<'_>) -> Reply {
         .into());
     }
     // Files first, then secretEnv: a name in both takes the secretEnv value.
-    let mut secrets = Vec::new();
-    for path in &body.secret_files {
-        for var in crate::os::privfile::load_file(path)? {
-            secrets.retain(|s: &SecretVar| s.name != var.name);
-            secrets.push(var);
-        }
-    }
-    for var in std::mem::take(&mut start.secrets) {
-        secrets.retain(|s| s.name != var.name);
-        secrets.push(var);
-    }
-    start.secrets = secrets;
+    start.secrets = crate::job::secrets::gather(&body.secret_files, start.secrets)?;
     // A start that waits holds its connection as a long-poll does: it needs a place among
     // the waiting before anything starts, so that a refusal leaves nothing behind.
     let _slot = match body.wait {

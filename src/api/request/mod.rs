@@ -6,38 +6,36 @@
 //! known field with the wrong type; the message names the field, and for an unknown one
 //! the known field it most likely meant. `null` is the same as leaving a field out.
 //! Query strings follow the same rule: each route names the parameters it reads. The
-//! wording of those refusals, and the guess, live in `unknown.rs`.
+//! wording of those refusals, and the guess, live in `unknown.rs`. Each resource's bodies
+//! have a file, as the handlers do (`jobs`, `env`, `files`, `previews`); what they share
+//! (the object, its typed fields, the query string, the wait bound) is here.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use serde_json::{Map, Value};
 
 use crate::model::error::{Error, Result};
-use crate::model::spec::StartRequest;
-use crate::os::probe::Probe;
 
 mod cursor;
+mod env;
+mod files;
+mod jobs;
+mod previews;
 mod range;
 mod unknown;
 pub use cursor::Place;
+pub use env::{ENV_FIELDS, EnvBody, env_body};
+pub use files::{MKDIR_FIELDS, MOVE_FIELDS, MkdirBody, MoveBody, file_mode, mkdir_body, move_body};
+pub use jobs::{
+    DEFAULT_LIST_LIMIT, DEFAULT_WAIT_SECONDS, LIST_PAGE_BYTES, MAX_LIST_LIMIT, RESIZE_FIELDS,
+    START_FIELDS, StartBody, Wait, base64_decode, pty_size, resize_body, start_body,
+};
+pub use previews::{MAX_PREVIEW_WAIT_SECONDS, PREVIEW_FIELDS, PreviewBody, preview_body};
 pub use range::{Wanted, byte_range};
 use unknown::{FIELD, QUERY_PARAMETER, unknown_names};
 
-/// `waitSeconds` when a start request gives none.
-pub const DEFAULT_WAIT_SECONDS: f64 = 30.0;
 /// The longest any request may wait (starts and long-polls).
 pub const MAX_WAIT_SECONDS: f64 = 600.0;
-/// The longest, and default, wait for a preview.
-pub const MAX_PREVIEW_WAIT_SECONDS: f64 = 60.0;
-/// The `limit` of a job listing page when none is given.
-pub const DEFAULT_LIST_LIMIT: usize = 100;
-/// The largest `limit` of a job listing page.
-pub const MAX_LIST_LIMIT: usize = 1000;
-/// A job listing page ends once its records pass this many bytes of JSON (it always holds
-/// at least one), so that a page costs the server a bounded buffer however long the
-/// commands in the records are.
-pub const LIST_PAGE_BYTES: usize = 256 << 10;
 
 /// Decodes `%XX` escapes and `+` (a space, as forms send it); `None` for a broken escape or
 /// text that is not UTF-8.
@@ -206,59 +204,6 @@ struct Shape {
     required: &'static [&'static str],
 }
 
-/// The fields of a `POST /v1/jobs` body.
-pub const START_FIELDS: &[&str] = &[
-    "command",
-    "cwd",
-    "env",
-    "stdin",
-    "encoding",
-    "secretEnv",
-    "secretFiles",
-    "timeoutSeconds",
-    "idleTimeoutSeconds",
-    "waitSeconds",
-    "background",
-    "user",
-    "interactive",
-    "pty",
-];
-const START: Shape = Shape {
-    known: START_FIELDS,
-    required: &["command"],
-};
-
-/// The fields of a `POST /v1/jobs/{id}/resize` body.
-pub const RESIZE_FIELDS: &[&str] = &["cols", "rows"];
-
-/// A `POST /v1/jobs/{id}/resize` body: the terminal's new size.
-pub fn resize_body(body: &[u8]) -> Result<crate::model::spec::PtySize> {
-    pty_size(&object(body)?, "the body")
-}
-
-/// The fields of a `POST /v1/env` body.
-pub const ENV_FIELDS: &[&str] = &["set", "unset", "replace"];
-const ENV: Shape = Shape {
-    known: ENV_FIELDS,
-    required: &[],
-};
-
-/// The fields of a `POST /v1/previews` body.
-pub const PREVIEW_FIELDS: &[&str] = &[
-    "port",
-    "command",
-    "cwd",
-    "env",
-    "timeoutSeconds",
-    "waitSeconds",
-    "probe",
-    "path",
-];
-const PREVIEW: Shape = Shape {
-    known: PREVIEW_FIELDS,
-    required: &["port"],
-};
-
 /// A body for a route that reads none: empty, or a JSON object without fields.
 pub fn no_body(body: &[u8]) -> Result<()> {
     if body.iter().all(|b| b.is_ascii_whitespace()) {
@@ -384,276 +329,6 @@ impl<'a> Fields<'a> {
     }
 }
 
-/// How long a start request waits for its job.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Wait {
-    /// `background: true`: answer as soon as the job runs.
-    Background,
-    /// Wait up to this many seconds for the end.
-    Seconds(f64),
-}
-
-/// A parsed `POST /v1/jobs` body. Secret files are only named here; reading them is I/O.
-#[derive(Debug)]
-pub struct StartBody {
-    pub req: StartRequest,
-    pub secret_files: Vec<PathBuf>,
-    pub wait: Wait,
-}
-
-/// Parses a `POST /v1/jobs` body (and the `Idempotency-Key` header, if any).
-pub fn start_body(body: &[u8], idempotency_key: Option<&str>) -> Result<StartBody> {
-    let map = object(body)?;
-    let f = Fields::new(&map, &START)?;
-    let command = match f.get("command") {
-        None => {
-            return Err(Error::Invalid(
-                "command is missing: give the shell command to run".into(),
-            ));
-        }
-        Some(Value::String(s)) => s.clone(),
-        Some(v) => return Err(wrong_type("command", "a string", v)),
-    };
-    let req = StartRequest {
-        command,
-        cwd: f.string("cwd")?.map(str::to_string),
-        env: job_env(&f)?,
-        stdin: stdin(&f)?,
-        secrets: match f.object("secretEnv")? {
-            Some(m) => crate::model::secret::from_map(m)?,
-            None => Vec::new(),
-        },
-        timeout_seconds: f.number("timeoutSeconds")?,
-        idle_timeout_seconds: f.number("idleTimeoutSeconds")?,
-        idempotency_key: idempotency_key.map(str::to_string),
-        user: f.string("user")?.map(str::to_string),
-        interactive: f.boolean("interactive")?.unwrap_or(false),
-        pty: match f.object("pty")? {
-            Some(m) => Some(pty_size(m, "pty")?),
-            None => None,
-        },
-    };
-    let secret_files = f
-        .string_array("secretFiles")?
-        .into_iter()
-        .map(PathBuf::from)
-        .collect();
-    let wait_seconds = f
-        .number("waitSeconds")?
-        .map(|n| check_wait("waitSeconds", n, MAX_WAIT_SECONDS))
-        .transpose()?;
-    let wait = if f.boolean("background")?.unwrap_or(false) {
-        Wait::Background
-    } else {
-        Wait::Seconds(wait_seconds.unwrap_or(DEFAULT_WAIT_SECONDS))
-    };
-    Ok(StartBody {
-        req,
-        secret_files,
-        wait,
-    })
-}
-
-/// A terminal size, `{"cols", "rows"}`, each 1 to 1000; `what` names it in errors.
-pub fn pty_size(m: &Map<String, Value>, what: &str) -> Result<crate::model::spec::PtySize> {
-    let max = crate::model::spec::MAX_PTY_SIDE;
-    if let Some(k) = m.keys().find(|k| *k != "cols" && *k != "rows") {
-        return Err(Error::Invalid(format!(
-            "unknown field `{k}` in {what}: it takes cols and rows"
-        )));
-    }
-    let side = |name: &str| -> Result<u16> {
-        match m.get(name) {
-            Some(Value::Number(n)) => match n.as_u64() {
-                Some(v) if (1..=max as u64).contains(&v) => Ok(v as u16),
-                _ => Err(Error::Invalid(format!(
-                    "{what}.{name} must be a whole number from 1 to {max}, got {n}"
-                ))),
-            },
-            None => Err(Error::Invalid(format!("{what}.{name} is missing"))),
-            Some(v) => Err(wrong_type(&format!("{what}.{name}"), "a number", v)),
-        }
-    };
-    Ok(crate::model::spec::PtySize {
-        cols: side("cols")?,
-        rows: side("rows")?,
-    })
-}
-
-fn job_env(f: &Fields) -> Result<BTreeMap<String, String>> {
-    let env = f.string_map("env")?;
-    for (k, v) in &env {
-        crate::model::spec::check_env(k, v).map_err(|e| Error::Invalid(format!("env: {e}")))?;
-    }
-    Ok(env)
-}
-
-fn stdin(f: &Fields) -> Result<Option<Vec<u8>>> {
-    let encoding = f.string("encoding")?.unwrap_or("utf8");
-    let base64 = match encoding {
-        "utf8" | "utf-8" => false,
-        "base64" => true,
-        other => {
-            return Err(Error::Invalid(format!(
-                "encoding must be \"utf8\" or \"base64\", got {}",
-                shown(other)
-            )));
-        }
-    };
-    let Some(text) = f.string("stdin")? else {
-        return Ok(None);
-    };
-    if !base64 {
-        return Ok(Some(text.as_bytes().to_vec()));
-    }
-    base64_decode(text)
-        .map(Some)
-        .map_err(|why| Error::Invalid(format!("stdin is not valid base64: {why}")))
-}
-
-/// Decodes standard base64 (`+/`, padding optional, ASCII whitespace ignored so wrapped
-/// output of `base64` works). Refuses other characters, misplaced padding and non-zero
-/// leftover bits.
-pub fn base64_decode(s: &str) -> std::result::Result<Vec<u8>, String> {
-    fn value(c: u8) -> Option<u32> {
-        Some(match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        } as u32)
-    }
-    let chars: Vec<u8> = s.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-    let data_len = chars.iter().position(|&c| c == b'=').unwrap_or(chars.len());
-    let padding = &chars[data_len..];
-    if padding.len() > 2 || padding.iter().any(|&c| c != b'=') {
-        return Err("padding '=' may only end the text, at most twice".into());
-    }
-    if !padding.is_empty() && !chars.len().is_multiple_of(4) {
-        return Err("the padded length is not a multiple of 4".into());
-    }
-    let data = &chars[..data_len];
-    if data.len() % 4 == 1 {
-        return Err("the length is impossible (one character too many or too few)".into());
-    }
-    let mut out = Vec::with_capacity(data.len() / 4 * 3 + 2);
-    for (i, group) in data.chunks(4).enumerate() {
-        let mut acc: u32 = 0;
-        for (j, &c) in group.iter().enumerate() {
-            let v = value(c).ok_or_else(|| {
-                format!(
-                    "character {:?} at position {} is not in the base64 alphabet",
-                    c as char,
-                    i * 4 + j
-                )
-            })?;
-            acc |= v << (18 - 6 * j);
-        }
-        let bytes = acc.to_be_bytes();
-        let n = group.len() - 1; // 4 chars -> 3 bytes, 3 -> 2, 2 -> 1
-        if n < 3 && acc & (0x00ff_ffff >> (8 * n)) != 0 {
-            return Err("the last character carries stray bits".into());
-        }
-        out.extend_from_slice(&bytes[1..1 + n]);
-    }
-    Ok(out)
-}
-
-/// A parsed `POST /v1/env` body.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EnvBody {
-    pub set: BTreeMap<String, String>,
-    pub unset: Vec<String>,
-    pub replace: bool,
-}
-
-/// Parses a `POST /v1/env` body.
-pub fn env_body(body: &[u8]) -> Result<EnvBody> {
-    let map = object(body)?;
-    let f = Fields::new(&map, &ENV)?;
-    Ok(EnvBody {
-        set: f.string_map("set")?,
-        unset: f.string_array("unset")?,
-        replace: f.boolean("replace")?.unwrap_or(false),
-    })
-}
-
-/// The fields of a `POST /v1/files/mkdir` body.
-pub const MKDIR_FIELDS: &[&str] = &["path", "mode", "parents"];
-const MKDIR: Shape = Shape {
-    known: MKDIR_FIELDS,
-    required: &["path"],
-};
-
-/// The fields of a `POST /v1/files/move` body.
-pub const MOVE_FIELDS: &[&str] = &["from", "to", "overwrite"];
-const MOVE: Shape = Shape {
-    known: MOVE_FIELDS,
-    required: &["from", "to"],
-};
-
-/// A parsed `POST /v1/files/mkdir` body.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MkdirBody {
-    pub path: String,
-    pub mode: Option<u32>,
-    pub parents: bool,
-}
-
-/// Parses a `POST /v1/files/mkdir` body.
-pub fn mkdir_body(body: &[u8]) -> Result<MkdirBody> {
-    let map = object(body)?;
-    let f = Fields::new(&map, &MKDIR)?;
-    Ok(MkdirBody {
-        path: f
-            .string("path")?
-            .ok_or_else(|| Error::Invalid("path is missing".into()))?
-            .to_string(),
-        mode: f.string("mode")?.map(file_mode).transpose()?,
-        parents: f.boolean("parents")?.unwrap_or(false),
-    })
-}
-
-/// A parsed `POST /v1/files/move` body.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MoveBody {
-    pub from: String,
-    pub to: String,
-    pub overwrite: bool,
-}
-
-/// Parses a `POST /v1/files/move` body.
-pub fn move_body(body: &[u8]) -> Result<MoveBody> {
-    let map = object(body)?;
-    let f = Fields::new(&map, &MOVE)?;
-    let need = |n: &str| -> Result<String> {
-        Ok(f.string(n)?
-            .ok_or_else(|| Error::Invalid(format!("{n} is missing")))?
-            .to_string())
-    };
-    Ok(MoveBody {
-        from: need("from")?,
-        to: need("to")?,
-        overwrite: f.boolean("overwrite")?.unwrap_or(false),
-    })
-}
-
-/// A file mode as octal digits (`"0644"`, `"755"`), at most `07777`.
-pub fn file_mode(s: &str) -> Result<u32> {
-    (!s.is_empty() && s.len() <= 5 && s.bytes().all(|b| (b'0'..=b'7').contains(&b)))
-        .then(|| u32::from_str_radix(s, 8).ok())
-        .flatten()
-        .filter(|m| *m <= 0o7777)
-        .ok_or_else(|| {
-            Error::Invalid(format!(
-                "mode must be octal digits from 0 to 07777, got {}",
-                shown(s)
-            ))
-        })
-}
-
 /// A `true`/`false` query value.
 pub fn query_bool(q: &Query, name: &str) -> Result<Option<bool>> {
     match q.get(name) {
@@ -667,72 +342,13 @@ pub fn query_bool(q: &Query, name: &str) -> Result<Option<bool>> {
     }
 }
 
-/// A parsed `POST /v1/previews` body.
-#[derive(Debug)]
-pub struct PreviewBody {
-    pub port: u16,
-    /// The server to start when nothing answers yet (cwd, env, timeouts as for a job).
-    pub start: Option<StartRequest>,
-    pub wait_seconds: f64,
-    pub probe: Probe,
-}
-
-/// Parses a `POST /v1/previews` body.
-pub fn preview_body(body: &[u8], idempotency_key: Option<&str>) -> Result<PreviewBody> {
-    let map = object(body)?;
-    let f = Fields::new(&map, &PREVIEW)?;
-    let port = match f.get("port") {
-        None => return Err(Error::Invalid("port is missing".into())),
-        Some(Value::Number(n)) => {
-            n.as_u64()
-                .filter(|p| (1..=65535).contains(p))
-                .ok_or_else(|| {
-                    Error::Invalid(format!(
-                        "port must be a whole number from 1 to 65535, got {n}"
-                    ))
-                })? as u16
-        }
-        Some(v) => return Err(wrong_type("port", "a number", v)),
-    };
-    let start = match f.string("command")? {
-        Some(command) => Some(StartRequest {
-            command: command.to_string(),
-            cwd: f.string("cwd")?.map(str::to_string),
-            env: job_env(&f)?,
-            timeout_seconds: f.number("timeoutSeconds")?,
-            idempotency_key: idempotency_key.map(str::to_string),
-            ..Default::default()
-        }),
-        None => {
-            for only_with_command in ["cwd", "env", "timeoutSeconds"] {
-                if f.get(only_with_command).is_some() {
-                    return Err(Error::Invalid(format!(
-                        "{only_with_command} applies only with a command"
-                    )));
-                }
-            }
-            None
-        }
-    };
-    let wait_seconds = f
-        .number("waitSeconds")?
-        .map(|n| check_wait("waitSeconds", n, MAX_PREVIEW_WAIT_SECONDS))
-        .transpose()?
-        .unwrap_or(MAX_PREVIEW_WAIT_SECONDS);
-    let probe = crate::os::probe::parse_probe(f.string("probe")?, f.string("path")?)?;
-    Ok(PreviewBody {
-        port,
-        start,
-        wait_seconds,
-        probe,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::unknown::closest;
     use super::*;
+    use crate::os::probe::Probe;
     use proptest::prelude::*;
+    use std::path::PathBuf;
 
     /// Every refusal of a body is a client error, never an internal one.
     fn client_error<T>(r: Result<T>) -> bool {

@@ -151,16 +151,17 @@ impl Guard {
     }
 
     /// Refuses an entry that is the state root, the root of a mount of something in it, a
-    /// second name of a file in it, one of the agent's own `/proc` folders, or (for a
-    /// change: `changes`) one of the root's ancestors.
+    /// second name of a file in it, one of the agent's own `/proc` folders, or (for
+    /// [`Intent::MoveOrRemove`]) one of the root's ancestors.
     pub(super) fn check_entry(
         &self,
         dir: BorrowedFd<'_>,
         name: &CString,
         st: &FileStat,
-        changes: bool,
+        intent: Intent,
     ) -> io::Result<()> {
         let id = id_of(st);
+        let changes = intent == Intent::MoveOrRemove;
         if id == self.root || self.bound.contains(&id) || (changes && self.above.contains(&id)) {
             return Err(forbidden());
         }
@@ -191,10 +192,10 @@ impl Guard {
         dir: BorrowedFd<'_>,
         name: &CString,
         entry: Option<&FileStat>,
-        changes: bool,
+        intent: Intent,
     ) -> io::Result<()> {
         if let Some(st) = entry {
-            self.check_entry(dir, name, st, changes)?;
+            self.check_entry(dir, name, st, intent)?;
         }
         self.check_up(dir)
     }
@@ -569,10 +570,30 @@ pub(super) fn split_last(path: &[u8]) -> Option<(&[u8], &[u8])> {
     })
 }
 
+/// What [`resolve`] does with a final symlink (links on the way are always followed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinalLink {
+    /// Resolve to what the link names: reading a file, listing or writing into a folder.
+    Follow,
+    /// Resolve to the link itself, as `lstat` does: stat, mkdir, move, delete.
+    Keep,
+}
+
+/// What the caller does to the object [`resolve`] finds; the guard refuses more for a
+/// move or a removal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Intent {
+    /// Read, create or write it.
+    Use,
+    /// Move or remove it: the state root's ancestors are refused too, as moving one
+    /// would move the root.
+    MoveOrRemove,
+}
+
 /// Resolves an absolute path to the folder holding it and its name there, following a
-/// final symlink if `follow`, and checks the result against the state root (`changes`:
-/// the operation moves or removes the object).
-pub fn resolve(guard: &Guard, path: &[u8], follow: bool, changes: bool) -> io::Result<Place> {
+/// final symlink as `link` says, and checks the result against the state root for what
+/// `intent` will do to it.
+pub fn resolve(guard: &Guard, path: &[u8], link: FinalLink, intent: Intent) -> io::Result<Place> {
     let mut links = 0;
     let mut at = open_root()?;
     let mut path = path.to_vec();
@@ -581,7 +602,7 @@ pub fn resolve(guard: &Guard, path: &[u8], follow: bool, changes: bool) -> io::R
             let dir = open_root()?;
             let st = fstat(&dir)?;
             let name = CString::from(c".");
-            guard.check(dir.as_fd(), &name, Some(&st), changes)?;
+            guard.check(dir.as_fd(), &name, Some(&st), intent)?;
             return Ok(Place {
                 dir,
                 name,
@@ -604,7 +625,7 @@ pub fn resolve(guard: &Guard, path: &[u8], follow: bool, changes: bool) -> io::R
         let is_link = st
             .as_ref()
             .is_some_and(|s| s.st_mode & libc::S_IFMT == libc::S_IFLNK);
-        if follow && is_link {
+        if link == FinalLink::Follow && is_link {
             links += 1;
             if links > MAX_LINKS || sys::on_procfs(dir.as_fd()) {
                 return Err(Errno::ELOOP.into());
@@ -613,7 +634,7 @@ pub fn resolve(guard: &Guard, path: &[u8], follow: bool, changes: bool) -> io::R
             at = dir;
             continue;
         }
-        guard.check(dir.as_fd(), &name, st.as_ref(), changes)?;
+        guard.check(dir.as_fd(), &name, st.as_ref(), intent)?;
         return Ok(Place { dir, name, st });
     }
 }
@@ -656,30 +677,41 @@ mod tests {
         std::fs::hard_link(d.path().join("mine"), d.path().join("mine2")).unwrap();
         let g = Guard::new(&root, None).unwrap();
         let b = |p: &Path| p.as_os_str().as_bytes().to_vec();
-        let refused = |p: Vec<u8>, follow: bool| {
-            let r = resolve(&g, &p, follow, false);
+        let refused = |p: Vec<u8>, link: FinalLink| {
+            let r = resolve(&g, &p, link, Intent::Use);
             assert!(
                 r.as_ref().is_err_and(is_forbidden),
                 "{:?}: {r:?}",
                 String::from_utf8_lossy(&p)
             );
         };
-        refused(b(&root), false);
-        refused(b(&root.join("agent.token")), false);
-        refused(b(&d.path().join("link")), true);
-        refused(b(&d.path().join("dirlink/agent.token")), false);
-        refused(b(&root.join("jobs/../agent.token")), false);
-        refused(b(&d.path().join("hard")), false);
+        refused(b(&root), FinalLink::Keep);
+        refused(b(&root.join("agent.token")), FinalLink::Keep);
+        refused(b(&d.path().join("link")), FinalLink::Follow);
+        refused(b(&d.path().join("dirlink/agent.token")), FinalLink::Keep);
+        refused(b(&root.join("jobs/../agent.token")), FinalLink::Keep);
+        refused(b(&d.path().join("hard")), FinalLink::Keep);
         let via_proc = format!("/proc/self/root{}", root.join("agent.token").display());
-        let r = resolve(&g, via_proc.as_bytes(), true, false);
+        let r = resolve(&g, via_proc.as_bytes(), FinalLink::Follow, Intent::Use);
         assert!(r.is_err(), "{r:?}");
         // A hard link between two files outside is nobody's business.
-        assert!(resolve(&g, &b(&d.path().join("mine2")), false, false).is_ok());
+        assert!(
+            resolve(
+                &g,
+                &b(&d.path().join("mine2")),
+                FinalLink::Keep,
+                Intent::Use
+            )
+            .is_ok()
+        );
         // The link itself may be looked at; its folder is not the state root.
-        assert!(resolve(&g, &b(&d.path().join("link")), false, false).is_ok());
+        assert!(resolve(&g, &b(&d.path().join("link")), FinalLink::Keep, Intent::Use).is_ok());
         // The root's parent may be read, never removed.
-        assert!(resolve(&g, &b(d.path()), false, false).is_ok());
-        assert!(resolve(&g, &b(d.path()), false, true).is_err_and(|e| is_forbidden(&e)));
+        assert!(resolve(&g, &b(d.path()), FinalLink::Keep, Intent::Use).is_ok());
+        assert!(
+            resolve(&g, &b(d.path()), FinalLink::Keep, Intent::MoveOrRemove)
+                .is_err_and(|e| is_forbidden(&e))
+        );
     }
 
     #[test]
@@ -698,14 +730,14 @@ mod tests {
             "/proc/self/fd".into(),
             "/proc/thread-self/environ".into(),
         ] {
-            let r = resolve(&g, p.as_bytes(), true, false);
+            let r = resolve(&g, p.as_bytes(), FinalLink::Follow, Intent::Use);
             assert!(r.as_ref().is_err_and(is_forbidden), "{p}: {r:?}");
         }
         // A final symlink on procfs is never followed (it may be magic): refused too.
-        assert!(resolve(&g, b"/proc/self", true, false).is_err());
+        assert!(resolve(&g, b"/proc/self", FinalLink::Follow, Intent::Use).is_err());
         // Other processes' folders are the kernel's call, and /proc itself may be read.
-        assert!(resolve(&g, b"/proc/1/status", true, false).is_ok());
-        assert!(resolve(&g, b"/proc/cpuinfo", true, false).is_ok());
-        assert!(resolve(&g, b"/proc", true, false).is_ok());
+        assert!(resolve(&g, b"/proc/1/status", FinalLink::Follow, Intent::Use).is_ok());
+        assert!(resolve(&g, b"/proc/cpuinfo", FinalLink::Follow, Intent::Use).is_ok());
+        assert!(resolve(&g, b"/proc", FinalLink::Follow, Intent::Use).is_ok());
     }
 }

@@ -20,7 +20,7 @@ mod tree;
 mod upload;
 
 pub use creds::as_user;
-pub use guard::{Forbidden, Guard, Id, Place, is_forbidden, resolve};
+pub use guard::{FinalLink, Forbidden, Guard, Id, Intent, Place, is_forbidden, resolve};
 pub use tree::{Smallest, page, remove};
 pub use upload::{WriteError, WriteOpts, write_atomic};
 

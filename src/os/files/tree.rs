@@ -174,6 +174,7 @@ pub fn page(p: &Place, after: Option<&[u8]>, limit: usize) -> io::Result<(Vec<Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::os::files::{FinalLink, Intent};
     use proptest::prelude::*;
     use std::os::unix::ffi::OsStrExt;
     use std::path::Path;
@@ -284,7 +285,13 @@ mod tests {
     }
 
     fn place(path: &Path, g: &Guard) -> Place {
-        super::super::resolve(g, path.as_os_str().as_bytes(), false, true).unwrap()
+        super::super::resolve(
+            g,
+            path.as_os_str().as_bytes(),
+            FinalLink::Keep,
+            Intent::MoveOrRemove,
+        )
+        .unwrap()
     }
 
     /// Makes `levels` nested folders `d` below `at` (by descriptor: no path that long
