@@ -688,8 +688,11 @@ fn start_lock_thief(sb: &Sandbox) -> (Value, i32) {
 #[test]
 fn a_job_that_takes_its_lock_and_kills_its_supervisor_blocks_no_reader() {
     let sb = Arc::new(Sandbox::new());
-    let s = Server::start_in(Arc::clone(&sb), "127.0.0.1:0", &[]);
+    // The server starts once the thief holds the lock: a server already running might
+    // settle the job (and sweep the holder) in the moment between the supervisor's death
+    // and the check that the holder lives.
     let (v, _) = start_lock_thief(&sb);
+    let s = Server::start_in(Arc::clone(&sb), "127.0.0.1:0", &[]);
     let id = id_of(&v);
     // A reader goes by whether the supervisor the record names is alive, not by the
     // lock: the first one settles the job (tests/robust.rs checks how truthfully).
