@@ -5,6 +5,8 @@
 //! the output through the pipeline into `output.log`, enforces the timeouts, ends every
 //! process the job left behind, and writes the final record. It holds the job's lock for
 //! its whole life: a lock anyone else can take means the supervisor is gone.
+//!
+//! The start's steps are in `start`, the main loop in `run`, the end in `finish`.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
