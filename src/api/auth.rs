@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use crate::model::error::{Error, Result};
 
 /// The generated token's file name under the state root.
-pub const TOKEN_FILE: &str = "agent.token";
+pub const TOKEN_FILE: &str = crate::state::layout::TOKEN_FILE;
 /// Shortest token accepted from a file, in characters.
 pub const MIN_TOKEN_CHARS: usize = 16;
 /// Longest token accepted from a file, in characters.

@@ -1,10 +1,15 @@
-//! One inotify instance for the whole server, shared by every long-poll.
+//! One inotify instance for every long-poll on a job, however many wait.
 //!
 //! A watcher per waiting request would hit the per-user limit on inotify instances (128 by
 //! default) long before 200 clients wait at once. Here each job folder is watched once,
 //! however many requests wait on it, and a reader thread bumps per-job counters that
 //! waiters sleep on. Two counters, so that a request waiting for a job's end is not woken by
 //! every write to its output. Where inotify is unavailable, waiters nap briefly instead.
+//!
+//! It is not the agent's only instance, but the others do not grow with the waiting
+//! requests: the server holds one more for the events journal ([`crate::api::feed`]), each
+//! supervisor one on the running jobs' secrets (`crate::state::livesecrets`), and a CLI
+//! command that follows a job one on its folder.
 
 use std::collections::HashMap;
 use std::path::Path;

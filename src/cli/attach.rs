@@ -29,7 +29,7 @@ pub struct Args {
 pub fn run(a: Args) -> Result<i32> {
     let store = super::open_store()?;
     let id = Store::parse_id(&a.id)?;
-    let rec = crate::job::settle::load(&store, &id).map_err(|e| match e {
+    let rec = crate::job::settle::settle_and_load(&store, &id).map_err(|e| match e {
         Error::NotFound(m) => Error::NotFound(format!(
             "{m} in {}: `gitterm-agent status` lists the jobs there",
             store.root().display()
@@ -42,7 +42,7 @@ pub fn run(a: Args) -> Result<i32> {
     // Answered at once: only `exec --tty` (whose job may end before it attaches) waits
     // for a final record.
     let viewer = Viewer::attach(&store, &id, !a.read_only).map_err(|e| {
-        match crate::job::settle::load(&store, &id) {
+        match crate::job::settle::settle_and_load(&store, &id) {
             Ok(rec) if rec.status.is_final() => has_ended(&rec),
             Ok(_) if is_not_a_terminal(&store, &id, &e) => Error::Conflict(format!(
                 "job {id} is not a terminal job (it has no pty to attach to); start one with \
@@ -86,13 +86,13 @@ pub fn session(store: &Store, id: &JobId, write: bool) -> Result<i32> {
         Err(e) => {
             // Ended before we could attach (a short `exec --tty`): its stored output, and
             // its status.
-            let mut rec = crate::job::settle::load(store, id)?;
+            let mut rec = crate::job::settle::settle_and_load(store, id)?;
             for _ in 0..250 {
                 if rec.status.is_final() {
                     break;
                 }
                 std::thread::sleep(std::time::Duration::from_millis(20));
-                rec = crate::job::settle::load(store, id)?;
+                rec = crate::job::settle::settle_and_load(store, id)?;
             }
             if !rec.status.is_final() {
                 return Err(e);
@@ -205,7 +205,7 @@ fn attached(store: &Store, id: &JobId, mut viewer: Viewer, write: bool) -> Resul
 /// The job's exit status once it ended (as `exec` gives it).
 fn ended(store: &Store, id: &JobId) -> Result<i32> {
     for _ in 0..100 {
-        let rec = crate::job::settle::load(store, id)?;
+        let rec = crate::job::settle::settle_and_load(store, id)?;
         if rec.status.is_final() {
             return Ok(super::exit::exit_status(&rec));
         }

@@ -54,7 +54,7 @@ pub fn watch(
         // Read the record before the output: if it says "ended", all output is on disk.
         let rec = match first.take() {
             Some(rec) => rec,
-            None => crate::job::settle::load(store, id)?,
+            None => crate::job::settle::settle_and_load(store, id)?,
         };
         if let Some(off) = print.as_deref_mut()
             && !print_from(store, id, off)?

@@ -1,6 +1,7 @@
-//! The command line for the person debugging inside the sandbox: `exec`, `status`, `logs`,
-//! `cancel` and `prune`, one file each (the binary's main adds `serve` and the internal
-//! `supervise`). Local commands read and write the same state root as the server.
+//! The command line for the person debugging inside the sandbox: `exec`, `attach`,
+//! `status`, `logs`, `cancel`, `prune` and `events`, one file each (the binary's main adds
+//! `serve` and the internal `supervise`). Local commands read and write the same state root
+//! as the server.
 //!
 //! - [`follow`]: waiting on a job, and streaming its output as it comes
 //! - [`print`]: what several commands print: JSON, durations, the job table

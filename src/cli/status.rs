@@ -21,7 +21,7 @@ pub fn run(a: Args) -> Result<i32> {
     match a.id {
         Some(id) => {
             let id = Store::parse_id(&id)?;
-            let rec = crate::job::settle::load(&store, &id)?;
+            let rec = crate::job::settle::settle_and_load(&store, &id)?;
             if a.json {
                 print_json(&store.view(&rec));
             } else {

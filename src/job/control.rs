@@ -12,9 +12,9 @@ use crate::model::error::{Error, Result};
 use crate::state::store::Store;
 
 /// The socket's name in the job's folder.
-pub const SOCKET: &str = "control.sock";
+pub const SOCKET: &str = crate::state::layout::CONTROL_SOCKET;
 /// An empty file beside it, kept after the job ends: the job was interactive.
-pub const MARK: &str = "interactive";
+pub const MARK: &str = crate::state::layout::INTERACTIVE_MARK;
 /// The longest request line.
 pub const MAX_LINE: usize = 256;
 /// The most input bytes in one request; more is sent as several.
@@ -37,7 +37,7 @@ pub struct Control {
 impl Control {
     /// Connects; a job that ended, or is not interactive, is `conflict`.
     pub fn connect(store: &Store, id: &JobId) -> Result<Control> {
-        let rec = crate::job::settle::load(store, id)?;
+        let rec = crate::job::settle::settle_and_load(store, id)?;
         if rec.status.is_final() {
             return Err(ended(id));
         }
@@ -52,7 +52,7 @@ impl Control {
                 })
             }
             Err(_) if !path.exists() => {
-                let rec = crate::job::settle::load(store, id)?;
+                let rec = crate::job::settle::settle_and_load(store, id)?;
                 // An interactive job that is ending has removed its socket already.
                 if rec.status.is_final() || store.job_dir(id).join(MARK).exists() {
                     Err(ended(id))
@@ -65,7 +65,7 @@ impl Control {
             }
             // The socket is there but nobody listens: the supervisor is gone.
             Err(_) => {
-                let _ = crate::job::settle::load(store, id);
+                let _ = crate::job::settle::settle_and_load(store, id);
                 Err(ended(id))
             }
         }

@@ -217,7 +217,7 @@ fn settled_running_count(store: &Store, max: usize) -> usize {
     if let Ok(dir) = fs::read_dir(store.running_dir()) {
         for e in dir.flatten() {
             match e.file_name().to_str().and_then(JobId::parse) {
-                Some(id) => match settle::load(store, &id) {
+                Some(id) => match settle::settle_and_load(store, &id) {
                     Ok(r) if r.status == Status::Running => {}
                     _ => {
                         let _ = fs::remove_file(e.path());
@@ -272,7 +272,7 @@ pub fn start_with_stdin(
     if let Some((key, lock)) = &key_lock {
         match idempotency::lookup(store, lock, key, fingerprint) {
             Earlier::None => {}
-            Earlier::Same(id) => return Ok((settle::load(store, &id)?, None)),
+            Earlier::Same(id) => return Ok((settle::settle_and_load(store, &id)?, None)),
             Earlier::Different(id) => {
                 return Err(Error::Conflict(format!(
                     "Idempotency-Key {key:?} was already used for job {id} with a different \
@@ -314,7 +314,7 @@ pub fn start_with_stdin(
             // swept and the record says `lost`.
             match store.read_raw(&id) {
                 Ok(r) if r.status == Status::Running && r.pid.is_some() => {
-                    let _ = settle::load(store, &id);
+                    let _ = settle::settle_and_load(store, &id);
                 }
                 Ok(r) if r.status != Status::Running => {}
                 _ => {
@@ -443,7 +443,7 @@ fn create_and_spawn(
     let events = spawn_supervisor(store, id, &lock, &spec, stdin)?;
     drop(lock);
     // Settles the job at once if its supervisor already died (the lock is free now).
-    Ok((settle::load(store, id)?, events))
+    Ok((settle::settle_and_load(store, id)?, events))
 }
 
 /// The fork server `serve` starts before its first thread (see [`use_fork_server`]).
@@ -567,7 +567,7 @@ pub fn cancel(store: &Store, id: &JobId, wait: Duration) -> Result<JobRecord> {
     let mut deadline = Instant::now() + wait;
     let mut first = true;
     loop {
-        let rec = settle::load(store, id)?;
+        let rec = settle::settle_and_load(store, id)?;
         if first {
             // Never give up before a TERM-ignoring job could have been KILLed.
             first = false;
@@ -587,7 +587,7 @@ pub fn cancel(store: &Store, id: &JobId, wait: Duration) -> Result<JobRecord> {
             // The supervisor exits right after writing the final record: wait on its pidfd
             // (no file watching, nothing to set up or tear down), then read the record.
             sup.wait_exit(deadline.saturating_duration_since(Instant::now()));
-            return settle::load(store, id);
+            return settle::settle_and_load(store, id);
         }
         // The supervisor has not recorded itself yet (or just exited): look again.
         if Instant::now() >= deadline {

@@ -22,10 +22,6 @@ pub const LIST_WAIT: Duration = Duration::from_millis(100);
 
 pub use crate::state::store::UNSETTLED;
 
-/// The readers' own lock in a job's folder, taken to settle it: the supervisor's lock
-/// cannot serve, since a job process may hold that one (see [`load`]).
-const SETTLE_LOCK: &str = ".settle.lock";
-
 /// True if the record names a supervisor that is still the process it was, and alive
 /// (not a zombie waiting for its parent).
 fn supervisor_alive(rec: &JobRecord) -> bool {
@@ -100,11 +96,13 @@ fn describe(sw: &crate::os::sweep::Sweep, lock_holders: &[i32]) -> String {
 /// Reads a record and settles a `running` one whose supervisor is gone (or whose boot
 /// is over) into `lost`, ending whatever the job left behind. Waits at most about
 /// [`SETTLE_WAIT`] for anyone else (then settles anyway, see [`load_within`]).
-pub fn load(store: &Store, id: &JobId) -> Result<JobRecord> {
+///
+/// Not a plain read: it may kill the job's remaining processes and rewrite its record.
+pub fn settle_and_load(store: &Store, id: &JobId) -> Result<JobRecord> {
     load_within(store, id, SETTLE_WAIT, true)
 }
 
-/// [`load`] for a listing: waits at most [`LIST_WAIT`] for another reader's verdict or a
+/// [`settle_and_load`] for a listing (it too may end processes and rewrite the record): waits at most [`LIST_WAIT`] for another reader's verdict or a
 /// start under way, then gives the record as it is with [`UNSETTLED`] saying why.
 pub fn load_listed(store: &Store, id: &JobId) -> Result<JobRecord> {
     load_within(store, id, LIST_WAIT, false)
@@ -314,7 +312,7 @@ pub fn prune(store: &Store, keep_jobs: usize, keep_for: Duration) -> Vec<String>
     removed.reverse();
     // Idempotency keys of jobs that are gone (their lock files once the key is an hour
     // old): a retry after that starts a new job, as it would after pruning.
-    if let Ok(dir) = fs::read_dir(store.root().join("idempotency")) {
+    if let Ok(dir) = fs::read_dir(store.root().join(IDEMPOTENCY_DIR)) {
         for e in dir.flatten() {
             let path = e.path();
             let old = e

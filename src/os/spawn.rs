@@ -231,7 +231,9 @@ pub fn start_job(job: JobStart) -> io::Result<Started> {
             procs: procs.as_ref().map(|f| f.as_raw_fd()),
             ..child
         };
-        // SAFETY: as above; the supervisor is single-threaded when it starts the shell.
+        // SAFETY: a plain fork; the child only runs `child.run`, which makes
+        // async-signal-safe calls on memory prepared above and never returns, and the
+        // supervisor is single-threaded when it starts the shell.
         match unsafe { libc::fork() } {
             0 => child.run(),
             n if n > 0 => pid = n,

@@ -25,8 +25,8 @@ pub const MAX_VARS: usize = 64;
 /// The most bytes of values, all variables together.
 pub const MAX_VALUE_BYTES: usize = 32 * 1024;
 
-const FILE: &str = "env.json";
-const LOCK: &str = "env.lock";
+const FILE: &str = super::layout::ENV_FILE;
+const LOCK: &str = super::layout::ENV_LOCK;
 const FORMAT_VERSION: u32 = 1;
 
 #[derive(Serialize, Deserialize)]

@@ -1,4 +1,6 @@
-//! Where everything lives under the state root: one place names every file and folder.
+//! Where everything lives under the state root: one place names every file and folder
+//! under it and in a job folder (the modules that own them refer here). The files inside
+//! [`SECRETS_DIR`] are [`crate::state::livesecrets`]'s own.
 
 use std::path::PathBuf;
 
@@ -38,6 +40,29 @@ pub const EVENTS_DIR: &str = "events";
 pub const IDEMPOTENCY_DIR: &str = "idempotency";
 /// Prefix of a job folder still being assembled (renamed into place whole).
 pub const STAGING_PREFIX: &str = ".new-";
+/// Under the root: the generated API token (see `crate::api::auth`).
+pub const TOKEN_FILE: &str = "agent.token";
+/// Under the root: the stored environment variables, and the lock of their writers (see
+/// `crate::state::envstore`).
+pub const ENV_FILE: &str = "env.json";
+/// See [`ENV_FILE`].
+pub const ENV_LOCK: &str = "env.lock";
+/// Under the root: the sandbox's boot id, to tell a restart (see `crate::state::sandbox`).
+pub const SANDBOX_FILE: &str = "sandbox.json";
+/// Under the root: the running jobs' secrets, for each other's masking (see
+/// `crate::state::livesecrets`).
+pub const SECRETS_DIR: &str = "secrets";
+
+/// In an interactive job's folder while it runs: its control socket (see
+/// `crate::job::control`).
+pub const CONTROL_SOCKET: &str = "control.sock";
+/// An empty file beside [`CONTROL_SOCKET`], kept after the job ends: the job was
+/// interactive.
+pub const INTERACTIVE_MARK: &str = "interactive";
+/// In a job folder: the readers' own lock, taken to settle the job (see
+/// `crate::job::settle`); the supervisor's lock cannot serve, since a job process may hold
+/// that one.
+pub const SETTLE_LOCK: &str = ".settle.lock";
 
 /// The state root: `$GITTERM_HOME`, else `$HOME/.gitterm`.
 pub fn default_root() -> PathBuf {

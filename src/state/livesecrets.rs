@@ -45,7 +45,7 @@ use std::path::{Path, PathBuf};
 use crate::model::JobId;
 
 /// The folder under the state root.
-pub const DIR: &str = "secrets";
+pub const DIR: &str = super::layout::SECRETS_DIR;
 /// The generation file inside it.
 const GENERATION: &str = ".generation";
 /// The generation file is replaced once it is this large.

@@ -12,7 +12,7 @@ use crate::model::error::{Error, Result};
 /// snapshot restore.
 pub const BOOT_ID_FILE_ENV: &str = "GITTERM_BOOT_ID_FILE";
 const KERNEL_BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
-const RECORD: &str = "sandbox.json";
+const RECORD: &str = super::layout::SANDBOX_FILE;
 
 /// The kernel's boot id (or the one in `$GITTERM_BOOT_ID_FILE`), trimmed; empty if
 /// unreadable. Read once per process: a process never outlives its boot.

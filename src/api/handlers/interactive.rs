@@ -119,7 +119,7 @@ fn body_error(e: &std::io::Error, delivered: u64) -> Error {
 /// `POST /v1/jobs/{id}/resize` `{"cols", "rows"}`.
 pub fn resize(app: &App, call: &Call<'_>) -> Reply {
     let id = call.job()?;
-    crate::job::settle::load(&app.store, &id)?;
+    crate::job::settle::settle_and_load(&app.store, &id)?;
     let size = request::resize_body(call.body)?;
     let mut c = Control::connect(&app.store, &id)?;
     c.resize(size.cols, size.rows)?;

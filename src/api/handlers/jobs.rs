@@ -139,7 +139,7 @@ pub fn get(app: &App, call: &Call<'_>) -> Reply {
         .query
         .seconds("waitSeconds", request::MAX_WAIT_SECONDS)?
         .unwrap_or(0.0);
-    let rec = crate::job::settle::load(&app.store, &id)?;
+    let rec = crate::job::settle::settle_and_load(&app.store, &id)?;
     if wait <= 0.0 || rec.status.is_final() {
         return Ok(app.store.view(&rec).into());
     }
@@ -182,7 +182,7 @@ fn wait_end_events(
         } else {
             instant_wakes = 0;
         }
-        let rec = crate::job::settle::load(&app.store, id)?;
+        let rec = crate::job::settle::settle_and_load(&app.store, id)?;
         if rec.status.is_final() || Instant::now() >= deadline || app.hub.stopping() {
             return Ok(rec);
         }
@@ -192,13 +192,13 @@ fn wait_end_events(
 /// The latest record, after waiting up to `seconds` for the job to end.
 fn wait_end(app: &App, id: &JobId, seconds: f64) -> Result<JobRecord> {
     if seconds <= 0.0 {
-        return crate::job::settle::load(&app.store, id);
+        return crate::job::settle::settle_and_load(&app.store, id);
     }
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
     let w = app.hub.watch(&app.store.job_dir(id), id);
     loop {
         let seen = w.marks();
-        let rec = crate::job::settle::load(&app.store, id)?;
+        let rec = crate::job::settle::settle_and_load(&app.store, id)?;
         if rec.status.is_final() || Instant::now() >= deadline || app.hub.stopping() {
             return Ok(rec);
         }

@@ -28,7 +28,7 @@ pub fn ticket(app: &App, call: &Call<'_>) -> Reply {
     let id = call.job()?;
     crate::api::request::no_body(call.body)?;
     // An unknown job is 404 now, not when the ticket is used.
-    crate::job::settle::load(&app.store, &id)?;
+    crate::job::settle::settle_and_load(&app.store, &id)?;
     let (ticket, expires) = app.issue_ticket(format!("/v1/jobs/{id}/log"), call.scoped)?;
     Ok(
         serde_json::json!({"ticket": ticket, "expiresAt": crate::text::timefmt::rfc3339(expires)})
@@ -42,7 +42,7 @@ pub fn get(app: &App, call: &Call<'_>) -> Reply {
     let ranges: Vec<&str> = call.head.all("range").collect();
     // The record first: an unknown job is 404, and once it says "ended" all of the output
     // is on disk.
-    let rec = crate::job::settle::load(&app.store, &id)?;
+    let rec = crate::job::settle::settle_and_load(&app.store, &id)?;
     let path = app.store.job_dir(&id).join(OUTPUT);
     let file = open(&path, &id)?;
     if follow {
@@ -191,7 +191,8 @@ impl Source for Follow {
             };
             // Nothing new. The record, then the output once more: once the record says
             // "ended", all of the output is on disk.
-            let rec = crate::job::settle::load(&self.store, &self.id).map_err(io::Error::other)?;
+            let rec = crate::job::settle::settle_and_load(&self.store, &self.id)
+                .map_err(io::Error::other)?;
             if rec.status.is_final() {
                 self.send_new(out)?;
                 return Ok(());

@@ -28,7 +28,7 @@ pub fn page(app: &App, call: &Call<'_>) -> Reply {
     loop {
         let seen = w.as_ref().map(|w| w.marks());
         // The record first: once it says "ended", all output is already on disk.
-        let rec = crate::job::settle::load(&app.store, &id)?;
+        let rec = crate::job::settle::settle_and_load(&app.store, &id)?;
         let page = app.store.read_page(&id, offset, limit)?;
         let done = rec.status.is_final() && page.eof;
         let stop = !page.data.is_empty()

@@ -56,7 +56,7 @@ pub fn start(app: &App, call: &Call<'_>) -> Reply {
             return Ok(answer(job.as_ref().map(|j| j.to_string())).into());
         }
         if let Some(id) = &job {
-            let rec = crate::job::settle::load(&app.store, id)?;
+            let rec = crate::job::settle::settle_and_load(&app.store, id)?;
             if rec.status.is_final() {
                 return Err(ended_first(&app.store, &rec, port));
             }

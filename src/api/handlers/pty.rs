@@ -37,7 +37,7 @@ const MAX_MESSAGE: usize = 1 << 20;
 pub fn ticket(app: &App, call: &Call<'_>) -> Reply {
     let id = call.job()?;
     crate::api::request::no_body(call.body)?;
-    let rec = crate::job::settle::load(&app.store, &id)?;
+    let rec = crate::job::settle::settle_and_load(&app.store, &id)?;
     if rec.status.is_final() {
         return Err(Error::Conflict(format!("job {id} has ended")).into());
     }
@@ -98,7 +98,7 @@ fn valid_key(k: &str) -> bool {
 /// and what takes the connection over after the 101.
 pub fn open(app: &App, call: &Call<'_>) -> Result<(String, Upgrade), Failure> {
     let id = call.job()?;
-    let rec = crate::job::settle::load(&app.store, &id)?;
+    let rec = crate::job::settle::settle_and_load(&app.store, &id)?;
     let write = match call.query.get("write") {
         None | Some("true") => true,
         Some("false") => false,
@@ -309,7 +309,7 @@ fn serve(
                 Ok(None) | Err(_) => {
                     // Closed without an exit frame: the job ended meanwhile (its
                     // supervisor is gone), or this viewer fell behind.
-                    return match crate::job::settle::load(store, id) {
+                    return match crate::job::settle::settle_and_load(store, id) {
                         Ok(rec) if rec.status.is_final() => {
                             let exit = exit_frame(&rec).to_string();
                             if queue.send(ws, Message::Text(exit.into())) {
