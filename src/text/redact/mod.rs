@@ -136,6 +136,7 @@ mod tests;
 use index::{GramIndex, SAMPLED_MIN_LEN};
 use short::ShortPatterns;
 use spell::{Pattern, WRAP_MIN_CORE, Walk};
+use spot::Prefixes;
 pub use spot::Spotter;
 
 /// Shortest base64 core (in characters) that is searched for.
@@ -154,7 +155,11 @@ pub struct Redactor {
     /// What the finder searches (values and base64 cores, each wrapped or not), sorted and
     /// without duplicates: kept so that [`Redactor::add_secrets`] can extend it.
     patterns: Vec<(Vec<u8>, bool)>,
-    /// The tail of the stream that could still start an occurrence.
+    /// What tells which tail of the stream may still become an occurrence.
+    prefixes: Option<Prefixes>,
+    /// The tail of the stream that could still start an occurrence: from the first place
+    /// where the rest is a proper prefix of one, so a text that ends in no such prefix is
+    /// all handed out.
     held: Vec<u8>,
     /// Stream offset of `held[0]`.
     pos: u64,
@@ -185,6 +190,7 @@ impl Redactor {
         patterns.dedup();
         Redactor {
             finder: (!patterns.is_empty()).then(|| Finder::new(&patterns)),
+            prefixes: (!patterns.is_empty()).then(|| Prefixes::new(&patterns)),
             patterns,
             held: Vec::new(),
             pos: 0,
@@ -216,6 +222,7 @@ impl Redactor {
         // The held tail is at most the old longest occurrence less one byte, which is never
         // more than the new: nothing held needs to be handed out first.
         self.finder = Some(Finder::new(&self.patterns));
+        self.prefixes = Some(Prefixes::new(&self.patterns));
         true
     }
 
@@ -290,7 +297,13 @@ impl Redactor {
             return;
         };
         let n = out.len() - from;
-        let keep = if last { 0 } else { n.min(finder.max_len - 1) };
+        // Only a tail that is a proper prefix of an occurrence is held: an occurrence that
+        // starts before it is whole in what is here (or it would be such a tail itself).
+        let keep = match (&self.prefixes, last) {
+            (_, true) => 0,
+            (Some(p), false) => p.start(&out[from..], 0).map_or(0, |s| n - s),
+            (None, false) => n.min(finder.max_len - 1),
+        };
         let boundary = n - keep;
         self.found.clear();
         finder.find(&out[from..], boundary, &mut self.walk, &mut self.found);

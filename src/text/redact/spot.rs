@@ -4,12 +4,55 @@
 use super::spell::{Pattern, WRAP_MIN_CORE, Walk};
 use super::{Finder, MIN_SECRET_LEN, base64_cores};
 
+/// The tails of a text that may still turn into an occurrence (a proper prefix of one).
+pub(crate) struct Prefixes {
+    patterns: Vec<Pattern>,
+    /// For each byte, the patterns whose occurrences can begin with it.
+    by_first: Vec<Vec<u32>>,
+    max_len: usize,
+}
+
+impl Prefixes {
+    /// The prefixes of these patterns (values and base64 cores, each wrapped or not).
+    pub(crate) fn new(texts: &[(Vec<u8>, bool)]) -> Self {
+        let patterns: Vec<Pattern> = texts.iter().map(|(t, w)| Pattern::new(t, *w)).collect();
+        let mut by_first = vec![Vec::new(); 256];
+        for (i, p) in patterns.iter().enumerate() {
+            let mut seen = [false; 256];
+            for sp in p.spellings(0) {
+                for &b in &sp[0] {
+                    if !seen[usize::from(b)] {
+                        seen[usize::from(b)] = true;
+                        by_first[usize::from(b)].push(i as u32);
+                    }
+                }
+            }
+        }
+        let max_len = patterns.iter().map(|p| p.max_len).max().unwrap_or(1);
+        Prefixes {
+            patterns,
+            by_first,
+            max_len,
+        }
+    }
+
+    /// The earliest `s >= from` such that `hay[s..]` is a proper prefix of an occurrence:
+    /// from there on, the text may still turn into a secret. Only the last (longest
+    /// occurrence − 1) bytes can be one.
+    pub(crate) fn start(&self, hay: &[u8], from: usize) -> Option<usize> {
+        let lo = from.max(hay.len().saturating_sub(self.max_len - 1));
+        (lo..hay.len()).find(|&s| {
+            self.by_first[usize::from(hay[s])]
+                .iter()
+                .any(|&p| self.patterns[p as usize].is_prefix_at(hay, s))
+        })
+    }
+}
+
 /// Finds secret occurrences (every spelling the redactor masks) in a text given whole.
 pub struct Spotter {
     finder: Finder,
-    patterns: Vec<Pattern>,
-    /// Bytes that can begin an occurrence of some pattern.
-    first: [bool; 256],
+    prefixes: Prefixes,
 }
 
 impl Spotter {
@@ -31,19 +74,9 @@ impl Spotter {
         if texts.is_empty() {
             return None;
         }
-        let patterns: Vec<Pattern> = texts.iter().map(|(t, w)| Pattern::new(t, *w)).collect();
-        let mut first = [false; 256];
-        for p in &patterns {
-            for sp in p.spellings(0) {
-                for &b in &sp[0] {
-                    first[usize::from(b)] = true;
-                }
-            }
-        }
         Some(Spotter {
             finder: Finder::new(&texts),
-            patterns,
-            first,
+            prefixes: Prefixes::new(&texts),
         })
     }
 
@@ -65,10 +98,7 @@ impl Spotter {
     /// The earliest `s >= from` such that `hay[s..]` is a proper prefix of an occurrence:
     /// from there on, the text may still turn into a secret.
     pub fn prefix_start(&self, hay: &[u8], from: usize) -> Option<usize> {
-        let lo = from.max(hay.len().saturating_sub(self.max_len()));
-        (lo..hay.len()).find(|&s| {
-            self.first[usize::from(hay[s])] && self.patterns.iter().any(|p| p.is_prefix_at(hay, s))
-        })
+        self.prefixes.start(hay, from)
     }
 }
 

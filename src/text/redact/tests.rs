@@ -947,15 +947,16 @@ fn run_adding(
 #[test]
 fn an_added_secret_is_masked_from_the_held_tail_on() {
     let first: &[&[u8]] = &[b"s3cret-t0ken-1234"];
-    // The first part of the new value is still held when it is added.
+    // The first part of the new value is still held when it is added (held because it may
+    // still become the first value).
     let out = run_adding(
         first,
-        &[b"hunter22"],
-        b"ok\nlog hun",
-        b"ter22 s3cret-t0ken-1234\n",
+        &[b"t0ken-99z"],
+        b"ok\nlog s3cret-t0k",
+        b"en-99z s3cret-t0ken-1234\n",
         &[3],
     );
-    assert_eq!(out, b"ok\nlog [redacted] [redacted]\n");
+    assert_eq!(out, b"ok\nlog s3cret-[redacted] [redacted]\n");
 }
 
 #[test]
@@ -1029,4 +1030,19 @@ proptest! {
             prop_assert!(out.ends_with(b"|[redacted]|\n"), "{:?}", String::from_utf8_lossy(&out));
         }
     }
+}
+
+#[test]
+fn only_a_tail_that_may_still_become_a_secret_is_held() {
+    let mut r = Redactor::new(&[b"s3cret-t0ken-1234", b"hunter22"]);
+    let mut out = Vec::new();
+    r.feed(b"a line\n$ ", &mut out);
+    assert_eq!(out, b"a line\n$ ");
+    r.feed(b"echo s3cret-t0", &mut out);
+    assert_eq!(out, b"a line\n$ echo ");
+    r.feed(b"ken-1234 and hunt", &mut out);
+    assert_eq!(out, b"a line\n$ echo [redacted] and ");
+    r.feed(b"er22\n", &mut out);
+    r.finish(&mut out);
+    assert_eq!(out, b"a line\n$ echo [redacted] and [redacted]\n");
 }
