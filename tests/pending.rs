@@ -66,8 +66,10 @@ fn a_pending_line_never_shows_a_secret_nor_the_start_of_one() {
     eventually(PROMPT, "the prefix printed", || {
         scratch.exists().then_some(())
     });
-    // The line so far ends in what may still become the secret: it waits.
-    pending_is(&mut c, &id, "key: ");
+    // The line so far ends in what may still become the secret: it waits. The lines
+    // before it are stored already (only such a tail is ever held back).
+    let v = pending_is(&mut c, &id, "key: ");
+    assert_eq!(v["output"], "token=[redacted] ok\n", "{v}");
     for _ in 0..20 {
         let v = c.get(&format!("/v1/jobs/{id}")).json();
         assert_eq!(v["pending"], "key: ", "{v}");
