@@ -61,9 +61,11 @@
 //!
 //! # Streaming
 //!
-//! Matching runs on the stream as it comes; only the last `longest occurrence - 1` bytes
-//! are held back, since only they can still be the start of an occurrence, so a secret 30
-//! MB into a line without a newline is caught in bounded memory. The longest occurrence is
+//! Matching runs on the stream as it comes; only a tail that is a proper prefix of an
+//! occurrence is held back (at most `longest occurrence - 1` bytes), since only it can
+//! still be the start of one: an occurrence starting earlier is whole in what is there. So
+//! a secret 30 MB into a line without a newline is caught in bounded memory, and text that
+//! cannot become a secret goes out at once. The longest occurrence is
 //! the sum over the characters of their longest spelling: one byte for a letter or digit,
 //! at most six for another ASCII character (`\u002f`), at most twelve for any character
 //! (`%F0%9F%98%80`), plus two per possible line break in a wrapped core. Only wrapped
@@ -219,8 +221,9 @@ impl Redactor {
         self.patterns.extend(added);
         self.patterns.sort_unstable();
         self.patterns.dedup();
-        // The held tail is at most the old longest occurrence less one byte, which is never
-        // more than the new: nothing held needs to be handed out first.
+        // The held tail is a proper prefix of an old occurrence, so at most the old longest
+        // occurrence less one byte, which is never more than the new: nothing held needs to
+        // be handed out first.
         self.finder = Some(Finder::new(&self.patterns));
         self.prefixes = Some(Prefixes::new(&self.patterns));
         true
