@@ -1,16 +1,12 @@
 //! The output pipeline: sanitize, then redact, before a byte is stored.
 
-use crate::text::redact::{Redactor, Spotter};
+use crate::text::redact::Redactor;
 use crate::text::sanitize::Sanitizer;
 
 /// Sanitizer followed by redactor, streaming.
 pub struct Pipeline {
     sanitizer: Sanitizer,
     redactor: Redactor,
-    /// The values masked, and what finds a tail of the pending line that may still become
-    /// one of them.
-    values: Vec<Vec<u8>>,
-    spotter: Option<Spotter>,
 }
 
 impl Pipeline {
@@ -21,8 +17,6 @@ impl Pipeline {
         Pipeline {
             sanitizer: Sanitizer::new(),
             redactor: Redactor::new(&refs),
-            spotter: Spotter::new(&refs),
-            values,
         }
     }
 
@@ -36,11 +30,7 @@ impl Pipeline {
             return line;
         }
         let mut shown = self.redactor.redact_bytes(&line);
-        if let Some(cut) = self
-            .spotter
-            .as_ref()
-            .and_then(|s| s.prefix_start(&shown, 0))
-        {
+        if let Some(cut) = self.redactor.prefix_start(&shown) {
             shown.truncate(cut);
         }
         shown
@@ -52,13 +42,7 @@ impl Pipeline {
     pub fn add_secrets(&mut self, secrets: &[&[u8]]) -> bool {
         let values = masked_forms(secrets);
         let refs: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
-        let added = self.redactor.add_secrets(&refs);
-        if added {
-            self.values.extend(values);
-            let all: Vec<&[u8]> = self.values.iter().map(Vec::as_slice).collect();
-            self.spotter = Spotter::new(&all);
-        }
-        added
+        self.redactor.add_secrets(&refs)
     }
 
     /// Processes one read's worth of raw output, appending storable bytes to `out`.

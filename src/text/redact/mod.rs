@@ -259,6 +259,12 @@ impl Redactor {
         self.end(out, from, true);
     }
 
+    /// Where `text` (given whole) begins a tail that may still turn into an occurrence (a
+    /// proper prefix of one): the same test that decides what the stream holds back.
+    pub fn prefix_start(&self, text: &[u8]) -> Option<usize> {
+        self.prefixes.as_ref().and_then(|p| p.start(text, 0))
+    }
+
     /// Redacts a whole text at once.
     pub fn redact_bytes(&self, hay: &[u8]) -> Vec<u8> {
         let Some(finder) = &self.finder else {

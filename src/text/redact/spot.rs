@@ -1,8 +1,8 @@
 //! Secret occurrences in a whole text, and the tails that may still become one: what the
 //! terminal wire needs, which masks cells of a drawn line rather than a byte stream.
 
-use super::spell::{Pattern, WRAP_MIN_CORE, Walk};
-use super::{Finder, MIN_SECRET_LEN, base64_cores};
+use super::spell::{Pattern, Walk};
+use super::{Finder, push_patterns};
 
 /// The tails of a text that may still turn into an occurrence (a proper prefix of one).
 pub(crate) struct Prefixes {
@@ -59,16 +59,7 @@ impl Spotter {
     /// A spotter for these secret values; `None` when none of them is masked.
     pub fn new(secrets: &[&[u8]]) -> Option<Spotter> {
         let mut texts: Vec<(Vec<u8>, bool)> = Vec::new();
-        for &value in secrets {
-            if value.len() < MIN_SECRET_LEN {
-                continue;
-            }
-            texts.push((value.to_vec(), false));
-            for core in base64_cores(value) {
-                let wraps = core.len() >= WRAP_MIN_CORE;
-                texts.push((core, wraps));
-            }
-        }
+        push_patterns(secrets, &mut texts);
         texts.sort_unstable();
         texts.dedup();
         if texts.is_empty() {

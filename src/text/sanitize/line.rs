@@ -261,15 +261,7 @@ impl Line {
 
     /// Appends the held line as stored (trailing blanks dropped) and empties it.
     fn emit_line(&mut self, out: &mut Vec<u8>) {
-        let end = if self.blanks {
-            self.cells
-                .iter()
-                .rposition(|&b| b != BLANK)
-                .map_or(0, |p| p + 1)
-        } else {
-            self.cells.len()
-        };
-        self.emit_cells(end, out);
+        self.shown(out);
         self.cells.clear();
         self.cursor = 0;
         self.blanks = false;
