@@ -177,7 +177,7 @@ mod tests {
     use crate::os::files::{FinalLink, Intent};
     use proptest::prelude::*;
     use std::os::unix::ffi::OsStrExt;
-    use std::path::Path;
+    use std::path::{Path, PathBuf};
 
     proptest! {
         #[test]
@@ -265,15 +265,7 @@ mod tests {
         fn any_tree_a_job_can_make_is_removed_and_nothing_outside(
             ops in proptest::collection::vec(any::<u8>(), 0..600),
         ) {
-            let d = tempfile::tempdir_in("/dev/shm")
-                .or_else(|_| tempfile::tempdir())
-                .unwrap();
-            let root = d.path().join("state");
-            std::fs::create_dir(&root).unwrap();
-            let keep = d.path().join("keep");
-            std::fs::write(&keep, "k").unwrap();
-            let top = d.path().join("top");
-            std::fs::create_dir(&top).unwrap();
+            let (_d, root, keep, top) = scratch();
             build(&top, &keep, &ops);
             super::super::as_user(None, &root, |g| remove(g, &place(&top, g), true))
                 .unwrap()
@@ -292,6 +284,22 @@ mod tests {
             Intent::MoveOrRemove,
         )
         .unwrap()
+    }
+
+    /// A scratch folder (on tmpfs where there is one: the disk's journal makes the tests
+    /// slow, not harder) with a state root, a file outside the tree to keep, and the top of
+    /// the tree to remove.
+    fn scratch() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
+        let d = tempfile::tempdir_in("/dev/shm")
+            .or_else(|_| tempfile::tempdir())
+            .unwrap();
+        let root = d.path().join("state");
+        std::fs::create_dir(&root).unwrap();
+        let keep = d.path().join("keep");
+        std::fs::write(&keep, "k").unwrap();
+        let top = d.path().join("top");
+        std::fs::create_dir(&top).unwrap();
+        (d, root, keep, top)
     }
 
     /// Makes `levels` nested folders `d` below `at` (by descriptor: no path that long
@@ -329,16 +337,7 @@ mod tests {
 
     #[test]
     fn a_tree_ten_thousand_levels_deep_is_removed_on_a_small_stack() {
-        // On tmpfs where there is one: the disk's journal makes the test slow, not harder.
-        let d = tempfile::tempdir_in("/dev/shm")
-            .or_else(|_| tempfile::tempdir())
-            .unwrap();
-        let root = d.path().join("state");
-        std::fs::create_dir(&root).unwrap();
-        let keep = d.path().join("keep");
-        std::fs::write(&keep, "k").unwrap();
-        let top = d.path().join("top");
-        std::fs::create_dir(&top).unwrap();
+        let (_d, root, keep, top) = scratch();
         deep(&top, 10_000, 97, &keep);
         // The files thread's own stack: 256 KiB, far less than a recursion would need.
         super::super::as_user(None, &root, |g| remove(g, &place(&top, g), true))
