@@ -1196,31 +1196,6 @@ fn a_nested_job_leaves_no_cgroup_folder_in_its_outer_job() {
 // 10. What a request may not set or smuggle.
 // ---------------------------------------------------------------------------------------
 
-/// Every file under `dir` (recursively) whose bytes hold `needle`.
-fn files_holding(dir: &Path, needle: &str) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        let Ok(entries) = fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let path = e.path();
-            match e.file_type() {
-                Ok(t) if t.is_dir() => todo.push(path),
-                Ok(t) if t.is_file() => {
-                    let data = fs::read(&path).unwrap_or_default();
-                    if data.windows(needle.len()).any(|w| w == needle.as_bytes()) {
-                        found.push(path);
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-    found
-}
-
 #[test]
 fn the_job_marker_cannot_be_set() {
     let s = Server::start(&[]);

@@ -13,7 +13,6 @@
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::util::*;
@@ -42,31 +41,6 @@ fn server(user: Option<&TestUser>) -> Server {
     let flags: Vec<String> = flags.into_iter().map(String::from).collect();
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     Server::start_in(sb, "127.0.0.1:0", &flags)
-}
-
-/// Every file under `dir` whose bytes hold `needle`.
-fn files_holding(dir: &Path, needle: &str) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        let Ok(entries) = fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let path = e.path();
-            match e.file_type() {
-                Ok(t) if t.is_dir() => todo.push(path),
-                Ok(t) if t.is_file() => {
-                    let data = fs::read(&path).unwrap_or_default();
-                    if data.windows(needle.len()).any(|w| w == needle.as_bytes()) {
-                        found.push(path);
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-    found
 }
 
 fn base64(bytes: &[u8]) -> String {

@@ -103,6 +103,31 @@ fn poll<T, E: std::fmt::Debug>(
     }
 }
 
+/// Every file under `dir` (recursively) whose bytes hold `needle`.
+pub fn files_holding(dir: &std::path::Path, needle: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            match e.file_type() {
+                Ok(t) if t.is_dir() => todo.push(path),
+                Ok(t) if t.is_file() => {
+                    let data = std::fs::read(&path).unwrap_or_default();
+                    if data.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                        found.push(path);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    found
+}
+
 /// A JSON field as i32 (panics with the object when absent).
 pub fn int(v: &Value, field: &str) -> i32 {
     v[field]
