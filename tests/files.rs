@@ -14,21 +14,7 @@ use crate::util::sandbox::Sandbox;
 use crate::util::server::Server;
 use crate::util::users::TestUser;
 
-fn enc(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-fn p(path: &Path) -> String {
-    enc(&path.display().to_string())
-}
+use crate::util::{percent as enc, percent_path as p};
 
 fn put(c: &mut Client, path: &Path, extra: &str, body: &[u8]) -> Resp {
     c.send(

@@ -12,21 +12,7 @@ use std::sync::{Arc, Barrier};
 
 use crate::util::*;
 
-fn enc(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-fn q(path: &Path) -> String {
-    enc(&path.display().to_string())
-}
+use crate::util::{percent as enc, percent_path as q};
 
 /// A folder on tmpfs where there is one (the shared disk's journal makes deep and wide
 /// trees slow to make and remove, not harder for the agent), else in `beside`.

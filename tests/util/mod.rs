@@ -128,6 +128,24 @@ pub fn files_holding(dir: &std::path::Path, needle: &str) -> Vec<std::path::Path
     found
 }
 
+/// `s` percent-encoded for a query parameter, `/` kept (as the files routes' paths are).
+pub fn percent(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A path percent-encoded for a query parameter.
+pub fn percent_path(path: &std::path::Path) -> String {
+    percent(&path.display().to_string())
+}
+
 /// A JSON field as i32 (panics with the object when absent).
 pub fn int(v: &Value, field: &str) -> i32 {
     v[field]
