@@ -17,10 +17,12 @@ import json
 import os
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchserve import serve  # noqa: E402
 
 
 class Conn:
@@ -53,24 +55,9 @@ class Conn:
 
 def run(exe, rounds, secrets, pause):
     top = tempfile.mkdtemp(prefix="gitterm-bench-pending-")
-    root = os.path.join(top, "root")
     stamp = os.path.join(top, "stamp")
-    log = open(os.path.join(top, "serve.log"), "w+")
-    p = subprocess.Popen([exe, "serve", "--listen", "127.0.0.1:0"],
-                         env=dict(os.environ, GITTERM_HOME=root), stderr=log,
-                         stdout=subprocess.DEVNULL)
+    p, addr, token = serve(exe, top)
     try:
-        deadline = time.time() + 30
-        while True:
-            log.seek(0)
-            line = log.readline()
-            if line.endswith("\n"):
-                break
-            if time.time() > deadline:
-                sys.exit("serve did not start")
-            time.sleep(0.05)
-        addr = json.loads(line)["address"]
-        token = open(os.path.join(root, "agent.token")).read().strip()
         c = Conn(addr, token)
         rtt = []
         for _ in range(50):

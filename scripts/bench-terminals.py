@@ -13,11 +13,13 @@ import contextlib
 import json
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchserve import serve  # noqa: E402
 
 VENV_PY = os.path.join(tempfile.gettempdir(), "gitterm-protocol-check-venv", "bin", "python")
 try:
@@ -31,23 +33,8 @@ except ImportError:
 def main():
     exe = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "target/debug/gitterm-agent")
     top = tempfile.mkdtemp(prefix="gitterm-bench-terminals-")
-    root = os.path.join(top, "root")
-    log = open(os.path.join(top, "serve.log"), "w+")
-    p = subprocess.Popen([exe, "serve", "--listen", "127.0.0.1:0", "--max-connections", "128"],
-                         env=dict(os.environ, GITTERM_HOME=root), stderr=log,
-                         stdout=subprocess.DEVNULL)
+    p, addr, token = serve(exe, top, "--max-connections", "128")
     try:
-        deadline = time.time() + 30
-        while True:
-            log.seek(0)
-            line = log.readline()
-            if line.endswith("\n"):
-                break
-            if time.time() > deadline:
-                sys.exit("serve did not start")
-            time.sleep(0.05)
-        addr = json.loads(line)["address"]
-        token = open(os.path.join(root, "agent.token")).read().strip()
         auth = {"Authorization": f"Bearer {token}"}
 
         def post(path, body):

@@ -26,6 +26,9 @@ import tempfile
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchserve import serve  # noqa: E402
+
 VENVS = [os.path.join(tempfile.gettempdir(), n, "bin", "python")
          for n in ("gitterm-protocol-check-venv", "gitterm-bench-wire-venv")]
 try:
@@ -52,27 +55,6 @@ for i in range(n):
     sys.stdout.flush()
     time.sleep(0.02)
 ' """
-
-
-def serve(exe, top):
-    root = os.path.join(top, "root")
-    log = open(os.path.join(top, "serve.log"), "w+")
-    p = subprocess.Popen([exe, "serve", "--listen", "127.0.0.1:0"],
-                         env=dict(os.environ, GITTERM_HOME=root), stderr=log,
-                         stdout=subprocess.DEVNULL)
-    deadline = time.time() + 30
-    while True:
-        log.seek(0)
-        line = log.readline()
-        if line.endswith("\n"):
-            break
-        if time.time() > deadline or p.poll() is not None:
-            p.terminate()
-            sys.exit("serve did not start: see " + log.name)
-        time.sleep(0.05)
-    addr = json.loads(line)["address"]
-    token = open(os.path.join(root, "agent.token")).read().strip()
-    return p, addr, token
 
 
 def delays(addr, token, lines, secrets):

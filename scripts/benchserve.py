@@ -1,0 +1,29 @@
+"""A `serve` for the benchmark scripts: started on a free loopback port in a fresh state
+root under `top`, answering once it has logged its address."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+
+def serve(exe, top, *args):
+    """Starts `exe serve` with `args`; returns (process, address, token)."""
+    root = os.path.join(top, "root")
+    log = open(os.path.join(top, "serve.log"), "w+")
+    p = subprocess.Popen([exe, "serve", "--listen", "127.0.0.1:0", *args],
+                         env=dict(os.environ, GITTERM_HOME=root), stderr=log,
+                         stdout=subprocess.DEVNULL)
+    deadline = time.time() + 30
+    while True:
+        log.seek(0)
+        line = log.readline()
+        if line.endswith("\n"):
+            break
+        if time.time() > deadline or p.poll() is not None:
+            p.terminate()
+            sys.exit("serve did not start: see " + log.name)
+        time.sleep(0.05)
+    addr = json.loads(line)["address"]
+    token = open(os.path.join(root, "agent.token")).read().strip()
+    return p, addr, token
