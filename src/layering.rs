@@ -1,7 +1,8 @@
 //! The import rules of the crate, checked on its source.
 //!
 //! Layers are the folders under `src/`, bottom to top: `model`, `text` (pure), `os`,
-//! `state`, `job`, then the front ends `cli` and `api`. A layer may import only the
+//! `state`, `job`, `http` (the HTTP/1.1 server and client both servers share), then the front
+//! ends `cli` and `api`. A layer may import only the
 //! layers before it in that list, so `state` may import `os` (it opens private files and
 //! locks through it) but `os` never imports `state`, and `text` may import `model` but not
 //! the other way round; the two front ends never import each other. Inside every folder
@@ -20,8 +21,9 @@ const LAYERS: &[(&str, u8)] = &[
     ("os", 2),
     ("state", 3),
     ("job", 4),
-    ("cli", 5),
-    ("api", 5),
+    ("http", 5),
+    ("cli", 6),
+    ("api", 6),
 ];
 
 /// Groups of sibling modules still tangled in circles, as `(folder, group)` exactly as

@@ -6,12 +6,14 @@
 //! 3. [`os`]: processes, pidfds, cgroups, polling, sockets (the only home of `unsafe`)
 //! 4. [`state`]: the state root on disk (layout, atomic writes, records, env, sandbox)
 //! 5. [`job`]: one job's life: launch, the supervisor, cancel, settling lost jobs
-//! 6. front ends, which never import each other: [`cli`] and [`api`]
+//! 6. [`http`]: HTTP/1.1 over TCP and Unix sockets, for every server of the agent
+//! 7. front ends, which never import each other: [`cli`] and [`api`]
 
 #![deny(unsafe_code)]
 
 pub mod api;
 pub mod cli;
+pub mod http;
 pub mod job;
 #[cfg(test)]
 mod layering;

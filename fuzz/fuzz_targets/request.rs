@@ -2,7 +2,8 @@
 //! `too_large`), never an internal one: request bodies of every route, query strings,
 //! base64, and the HTTP head and its framing.
 #![no_main]
-use gitterm_agent::api::{http, request};
+use gitterm_agent::api::request;
+use gitterm_agent::http;;
 use gitterm_agent::model::error::Error;
 use libfuzzer_sys::fuzz_target;
 

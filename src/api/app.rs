@@ -24,10 +24,10 @@ use serde_json::{Value, json};
 use super::auth::{Access, Tickets, Tokens};
 use super::cors::{self, Origins};
 use super::handlers::{Answer, Call, Failure};
-use super::http::{Fault, Handler, Head, Request, Response};
 use super::request::Query;
 use super::routes::{Matched, Route, Scope};
 use super::watch::Hub;
+use crate::http::{Fault, Handler, Head, Request, Response};
 use crate::model::JobId;
 use crate::model::error::Error;
 use crate::model::spec::Config;
@@ -103,7 +103,7 @@ impl App {
             tickets: Tickets::default(),
             allowed_origins: Origins::default(),
             max_file_bytes: super::handlers::files::DEFAULT_MAX_FILE_BYTES,
-            max_body: super::http::Limits::default().max_body,
+            max_body: crate::http::Limits::default().max_body,
         }
     }
 
@@ -503,7 +503,7 @@ impl Handler for App {
         &self,
         admitted: Admitted,
         head: &Head,
-        body: &mut super::http::BodyReader<'_>,
+        body: &mut crate::http::BodyReader<'_>,
     ) -> Response {
         let mut resp = self.answer(admitted, head, &[], body);
         cors::decorate(&self.allowed_origins, head, &mut resp);
@@ -559,7 +559,7 @@ impl Handler for App {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::http::parse_head;
+    use crate::http::parse_head;
 
     const FULL: &str = "full-token-0123456789abcdef";
     const SCOPED: &str = "scoped-token-0123456789abcdef";

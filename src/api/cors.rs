@@ -15,8 +15,8 @@
 //! `Last-Event-ID`, set by an `EventSource` reconnecting, may make a browser ask first. A
 //! `fetch` that sends `Authorization` (minting a ticket) always asks first.
 
-use super::http::{Head, Response};
 use super::routes::{Matched, Route};
+use crate::http::{Head, Response};
 use crate::model::error::{Error, Result};
 
 /// The request headers a page may send on these routes.
@@ -296,7 +296,7 @@ fn shown(v: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::http::parse_head;
+    use crate::http::parse_head;
 
     fn head(raw: &str) -> Head {
         parse_head(raw.as_bytes(), 100).unwrap()

@@ -17,7 +17,7 @@ pub mod auth;
 pub mod cors;
 pub mod feed;
 pub mod handlers;
-pub mod http;
+
 pub mod request;
 pub mod routes;
 pub mod watch;
@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::http;
 use crate::model::error::{Error, Result};
 use crate::model::limits::Seconds;
 use crate::state::store::Store;

@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 
 use super::{Call, Failure, Reply};
 use crate::api::app::App;
-use crate::api::http::{Response, Streamed};
 use crate::api::request;
+use crate::http::{Response, Streamed};
 use crate::model::error::{Error, Result};
 use crate::state::events::Journal;
 
@@ -78,7 +78,7 @@ pub fn wants_stream(call: &Call<'_>) -> bool {
 }
 
 /// True if a request's `Accept` names Server-Sent Events.
-pub fn accepts_stream(head: &crate::api::http::Head) -> bool {
+pub fn accepts_stream(head: &crate::http::Head) -> bool {
     head.all("accept")
         .any(|a| a.to_ascii_lowercase().contains("text/event-stream"))
 }
@@ -133,8 +133,8 @@ struct Sse {
     at: u64,
 }
 
-impl crate::api::http::Source for Sse {
-    fn send(&mut self, out: &mut crate::api::http::BodyOut<'_>) -> std::io::Result<()> {
+impl crate::http::Source for Sse {
+    fn send(&mut self, out: &mut crate::http::BodyOut<'_>) -> std::io::Result<()> {
         let began = Instant::now();
         let mut beat = Instant::now();
         out.bytes(format!("retry: {RETRY_MS}\n\n").as_bytes())?;

@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 
 use super::{Answer, Call, Failure, Reply};
 use crate::api::app::App;
-use crate::api::http::{BodyOut, Response, Source, Streamed, fault_of};
 use crate::api::request::{self, DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, query_bool};
+use crate::http::{BodyOut, Response, Source, Streamed, fault_of};
 use crate::model::error::{Error, Result};
 use crate::os::files::{self as fs, FinalLink, Guard, Intent, Place, WriteError, WriteOpts};
 
@@ -404,8 +404,8 @@ pub fn write(app: &App, call: &Call<'_>, body: &mut (dyn Read + Send)) -> Reply 
             Err(WriteError::Body(e)) => {
                 close = true;
                 Err(match fault_of(&e) {
-                    Some(crate::api::http::Fault::TooLarge(m)) => Error::TooLarge(m.clone()),
-                    Some(crate::api::http::Fault::TooSlow(m)) => Error::Timeout(m.clone()),
+                    Some(crate::http::Fault::TooLarge(m)) => Error::TooLarge(m.clone()),
+                    Some(crate::http::Fault::TooSlow(m)) => Error::Timeout(m.clone()),
                     _ => Error::Invalid(format!("reading the body: {e}")),
                 })
             }

@@ -7,8 +7,8 @@ use serde_json::json;
 
 use super::{Call, Failure, Reply};
 use crate::api::app::App;
-use crate::api::http::{Fault, fault_of};
 use crate::api::request;
+use crate::http::{Fault, fault_of};
 use crate::job::control::{BUSY_WAIT, Control, MAX_CHUNK};
 use crate::model::error::Error;
 

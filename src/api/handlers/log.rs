@@ -12,9 +12,9 @@ use std::time::Instant;
 
 use super::{Answer, Call, Reply};
 use crate::api::app::{App, WaitSlot, error_response};
-use crate::api::http::{BodyOut, Response, Source, Streamed};
 use crate::api::request::{Wanted, byte_range};
 use crate::api::watch::{Hub, Kind, RECHECK, Watch};
+use crate::http::{BodyOut, Response, Source, Streamed};
 use crate::model::JobId;
 use crate::model::error::{Error, Result};
 use crate::state::layout::OUTPUT;

@@ -8,7 +8,7 @@ use std::fmt::Write;
 use super::{Call, Failure, Reply};
 use crate::api::app::App;
 use crate::api::feed::BUCKETS;
-use crate::api::http::Response;
+use crate::http::Response;
 use crate::model::Status;
 use crate::model::error::Error;
 

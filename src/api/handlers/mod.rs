@@ -19,8 +19,8 @@ pub mod sandbox;
 use serde_json::Value;
 
 use super::app::App;
-use super::http::{Head, Response};
 use super::request::Query;
+use crate::http::{Head, Response};
 use crate::model::JobId;
 use crate::model::error::{Error, Result};
 use crate::state::store::Store;

@@ -22,7 +22,7 @@ use tungstenite::{Message, error::Error as WsError};
 
 use super::{Call, Failure, Reply};
 use crate::api::app::App;
-use crate::api::http::{Response, Upgrade, Upgraded};
+use crate::http::{Response, Upgrade, Upgraded};
 use crate::job::control::{Frame, Viewer};
 use crate::model::error::Error;
 use crate::state::store::Store;

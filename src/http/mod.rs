@@ -7,7 +7,7 @@
 //! place to a new one, so that idle sockets alone can never shut clients out.
 //!
 //! Our own, not tiny_http: that crate cannot bound head size, read times or connections.
-//! It knows nothing of routes or JSON (those live in [`super::routes`]), and is laid out as
+//! It knows nothing of routes or JSON (those live in the front ends that use it, such as `crate::api`), and is laid out as
 //! hyper's `proto/h1`:
 //! - `conn.rs`: the accept loop and each connection's loop (keep-alive, limits, timeouts);
 //! - `head.rs`: reading and parsing the request line and headers;
