@@ -21,12 +21,13 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::auth::{Access, Tickets, Tokens};
+use super::auth::{Access, Tokens};
 use super::cors::{self, Origins};
 use super::handlers::{Answer, Call, Failure};
 use super::request::Query;
 use super::routes::{Matched, Route, Scope};
 use super::watch::Hub;
+use crate::http::auth::Tickets;
 use crate::http::{Fault, Handler, Head, Request, Response};
 use crate::model::JobId;
 use crate::model::error::Error;
@@ -49,7 +50,7 @@ pub struct App {
     /// The most that may wait at once.
     max_waiting: usize,
     /// Tickets not used yet (see [`App::issue_ticket`]).
-    tickets: Tickets,
+    tickets: Tickets<Access>,
     /// Browser origins whose pages may use a ticket and get CORS grants (`--allowed-origin`).
     allowed_origins: Origins,
     /// The largest file an upload may write.

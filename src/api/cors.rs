@@ -16,6 +16,7 @@
 //! `fetch` that sends `Authorization` (minting a ticket) always asks first.
 
 use super::routes::{Matched, Route};
+use crate::http::auth::{normalize_origin as normalize, shown};
 use crate::http::{Head, Response};
 use crate::model::error::{Error, Result};
 
@@ -74,70 +75,6 @@ impl Origins {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
-}
-
-/// An origin as browsers serialize it, or why `v` is not one.
-fn normalize(v: &str) -> std::result::Result<String, &'static str> {
-    let v = v.trim().trim_end_matches('/').to_ascii_lowercase();
-    if v == "null" {
-        return Err("`null` is the origin of sandboxed and local pages, any of them anywhere");
-    }
-    if v == "*" {
-        return Err("a wildcard would let every page in: name each origin");
-    }
-    let (scheme, rest) = v
-        .split_once("://")
-        .ok_or("an origin is scheme://host[:port]")?;
-    if scheme.is_empty()
-        || !scheme.starts_with(|c: char| c.is_ascii_alphabetic())
-        || !scheme
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
-    {
-        return Err("the scheme is not one");
-    }
-    if rest.contains(['/', '?', '#', '@']) {
-        return Err("an origin has no path, query, fragment or user name");
-    }
-    // `[v6]` or a name, then `:port` or nothing.
-    let (host, port) = if rest.starts_with('[') {
-        let end = rest.find(']').map_or(rest.len(), |i| i + 1);
-        let (h, p) = rest.split_at(end);
-        match p {
-            "" => (h, None),
-            p => (h, Some(p.strip_prefix(':').ok_or("the host is not one")?)),
-        }
-    } else {
-        match rest.split_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (rest, None),
-        }
-    };
-    let host_ok = if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
-        !inner.is_empty()
-            && inner
-                .chars()
-                .all(|c| c.is_ascii_hexdigit() || ":.".contains(c))
-    } else {
-        !host.is_empty()
-            && host
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-._~".contains(c))
-    };
-    if !host_ok {
-        return Err("the host is not one");
-    }
-    let port = match port {
-        None => None,
-        Some(p) => match p.parse::<u16>() {
-            Ok(n) if n > 0 && p.bytes().all(|b| b.is_ascii_digit()) => Some(n),
-            _ => return Err("the port is not a number from 1 to 65535"),
-        },
-    };
-    Ok(match (scheme, port) {
-        ("http", Some(80)) | ("https", Some(443)) | (_, None) => format!("{scheme}://{host}"),
-        (_, Some(p)) => format!("{scheme}://{host}:{p}"),
-    })
 }
 
 /// The route a request's method and path name, if one (`HEAD` is its `GET`'s).
@@ -282,15 +219,6 @@ pub fn refused(origin: &str, what: &str) -> String {
         let o = shown(origin);
         format!("pages from origin {o} may not {what}: start serve with --allowed-origin {o}")
     }
-}
-
-/// At most 80 characters of a value sent by a client, without controls.
-fn shown(v: &str) -> String {
-    let mut s: String = v.chars().take(80).filter(|c| !c.is_control()).collect();
-    if v.chars().count() > 80 {
-        s.push('…');
-    }
-    s
 }
 
 #[cfg(test)]
