@@ -14,6 +14,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod gate;
 pub mod http;
 pub mod job;
 #[cfg(test)]

@@ -57,6 +57,8 @@ pub struct App {
     pub(super) max_file_bytes: u64,
     /// The largest request body (`--max-body`), for a body this handler streams itself.
     max_body: u64,
+    /// The preview grants, shared with the gate.
+    pub(super) grants: Option<Arc<crate::state::grants::Grants>>,
 }
 
 /// A request's place among those that wait; given back on drop. It owns its share of the
@@ -105,6 +107,7 @@ impl App {
             allowed_origins: Origins::default(),
             max_file_bytes: super::handlers::files::DEFAULT_MAX_FILE_BYTES,
             max_body: crate::http::Limits::default().max_body,
+            grants: None,
         }
     }
 
@@ -171,6 +174,12 @@ impl App {
             )),
             _ => Ok(()),
         }
+    }
+
+    /// The preview grants this server mints, lists and revokes (shared with the gate).
+    pub fn with_grants(mut self, grants: Arc<crate::state::grants::Grants>) -> App {
+        self.grants = Some(grants);
+        self
     }
 
     /// Caps the size of files written through `PUT /v1/files/content`.
@@ -573,7 +582,9 @@ mod tests {
         let store = Store::open(root).unwrap();
         let tokens = Tokens::new(FULL.into(), Some(SCOPED.into())).unwrap();
         let sandbox = crate::state::sandbox::record_start_with(root, "boot-a").unwrap();
-        let app = App::new(store, Config::default(), tokens, sandbox, Hub::start());
+        let grants = crate::state::grants::Grants::open_with(root, "boot-a").unwrap();
+        let app =
+            App::new(store, Config::default(), tokens, sandbox, Hub::start()).with_grants(grants);
         (d, app)
     }
 
@@ -631,6 +642,9 @@ mod tests {
             Route::MoveFile => (400, "from"),
             Route::Events => (200, "\"events\":[]"),
             Route::Metrics => (200, "gitterm_jobs_started_total 0"),
+            Route::MintGrant => (400, "port is missing"),
+            Route::ListGrants => (200, "\"grants\":[]"),
+            Route::GrantToken | Route::RevokeGrant => (404, "no preview grant"),
         }
     }
 

@@ -131,6 +131,14 @@ routes! {
     EventsTicket = "POST" "/v1/events/tickets", Full, [], handlers::events::ticket;
     /// Counters and gauges in the Prometheus text format.
     Metrics = "GET" "/v1/metrics", Full, [], handlers::metrics::get;
+    /// Mint a preview grant (or get the live one for the same port and identity) and a token.
+    MintGrant = "POST" "/v1/previews/grants", Scoped, [], handlers::grants::mint;
+    /// Every preview grant, with its open connections.
+    ListGrants = "GET" "/v1/previews/grants", Scoped, [], handlers::grants::list;
+    /// Another one-shot token for a live grant.
+    GrantToken = "POST" "/v1/previews/grants/{id}/tokens", Scoped, [], handlers::grants::token;
+    /// Revoke a grant: its requests get 401 and its open connections close.
+    RevokeGrant = "POST" "/v1/previews/grants/{id}/revoke", Full, [], handlers::grants::revoke;
 }
 
 /// What a request's method and path resolve to.
@@ -276,6 +284,9 @@ mod tests {
                 ("GET", "/v1/env"),
                 ("POST", "/v1/env"),
                 ("GET", "/v1/sandbox"),
+                ("POST", "/v1/previews/grants"),
+                ("GET", "/v1/previews/grants"),
+                ("POST", "/v1/previews/grants/{id}/tokens"),
             ]
         );
     }
@@ -289,6 +300,8 @@ mod tests {
             Route::StartJob => Some(START_FIELDS),
             Route::SetEnv => Some(ENV_FIELDS),
             Route::StartPreview => Some(PREVIEW_FIELDS),
+            Route::MintGrant => Some(crate::api::request::GRANT_FIELDS),
+            Route::GrantToken | Route::RevokeGrant => Some(&[]),
             Route::CancelJob => Some(&[]),
             Route::JobResize => Some(RESIZE_FIELDS),
             Route::JobStdin | Route::JobPty => None,
@@ -309,7 +322,8 @@ mod tests {
             | Route::Sandbox
             | Route::ListPorts
             | Route::Events
-            | Route::Metrics => None,
+            | Route::Metrics
+            | Route::ListGrants => None,
         }
     }
 
