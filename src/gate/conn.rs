@@ -67,9 +67,12 @@ pub(super) fn connection(gate: &Gate, gate_port: u16, client: TcpStream, peer: S
             }));
         };
         let say = |w: &mut TcpStream, bytes: &[u8]| w.write_all(bytes).is_ok();
+        // Each answer of the gate's own is counted (and logged) before it is sent: a client
+        // that has read it may look at the metrics next.
 
         if let Some(token) = preview::tokens_in(&head.query).first() {
             if gate.exchange_limited(peer.ip()) {
+                done(429, Outcome::Refused, None);
                 say(
                     &mut w,
                     &answer::text(
@@ -79,30 +82,26 @@ pub(super) fn connection(gate: &Gate, gate_port: u16, client: TcpStream, peer: S
                         head_only,
                     ),
                 );
-                done(429, Outcome::Refused, None);
                 return;
             }
             let ok = match gate.grants.exchange(gate_port, token) {
                 Ok((adm, value)) => {
                     let location = preview::exchange_location(&head.path, &head.query);
                     let name = preview::cookie_name(gate_port);
-                    let ok = say(&mut w, &answer::exchanged(&location, &name, &value, close));
                     done(302, Outcome::Exchanged, Some(&adm.grant));
-                    ok
+                    say(&mut w, &answer::exchanged(&location, &name, &value, close))
                 }
                 Err(Denied::Unauthorized(msg)) => {
                     gate.exchange_failed(peer.ip());
-                    let ok = say(&mut w, &answer::text(401, msg, close, head_only));
                     done(401, Outcome::Unauthorized, None);
-                    ok
+                    say(&mut w, &answer::text(401, msg, close, head_only))
                 }
                 Err(Denied::Suspended { .. }) => {
-                    let ok = say(
+                    done(503, Outcome::Unavailable, None);
+                    say(
                         &mut w,
                         &answer::text(503, answer::SUSPENDED, close, head_only),
-                    );
-                    done(503, Outcome::Unavailable, None);
-                    ok
+                    )
                 }
             };
             if !ok || close {
@@ -116,19 +115,19 @@ pub(super) fn connection(gate: &Gate, gate_port: u16, client: TcpStream, peer: S
         let adm = match gate.grants.admit(gate_port, &cookies) {
             Ok(a) => a,
             Err(Denied::Unauthorized(msg)) => {
-                let ok = say(&mut w, &answer::text(401, msg, close, head_only));
                 done(401, Outcome::Unauthorized, None);
+                let ok = say(&mut w, &answer::text(401, msg, close, head_only));
                 if !ok || close {
                     return;
                 }
                 continue;
             }
             Err(Denied::Suspended { .. }) => {
+                done(503, Outcome::Unavailable, None);
                 let ok = say(
                     &mut w,
                     &answer::text(503, answer::SUSPENDED, close, head_only),
                 );
-                done(503, Outcome::Unavailable, None);
                 if !ok || close {
                     return;
                 }
@@ -161,8 +160,8 @@ pub(super) fn connection(gate: &Gate, gate_port: u16, client: TcpStream, peer: S
                             "The preview gate has {n} connections open, the most at once; retry shortly.\n"
                         ),
                     };
-                    say(&mut w, &answer::text(429, &msg, true, head_only));
                     done(429, Outcome::Refused, Some(&adm.grant));
+                    say(&mut w, &answer::text(429, &msg, true, head_only));
                     return;
                 }
             }
@@ -171,6 +170,7 @@ pub(super) fn connection(gate: &Gate, gate_port: u16, client: TcpStream, peer: S
 
         let upgrade = forward::is_upgrade(&head);
         if (upgrade || preview::is_unsafe_method(&head.method)) && !own_origin_or_none(&head) {
+            done(403, Outcome::Forbidden, Some(&adm.grant));
             say(
                 &mut w,
                 &answer::text(
@@ -180,7 +180,6 @@ pub(super) fn connection(gate: &Gate, gate_port: u16, client: TcpStream, peer: S
                     head_only,
                 ),
             );
-            done(403, Outcome::Forbidden, Some(&adm.grant));
             if close {
                 return;
             }
