@@ -92,7 +92,12 @@ fn chunk(w: &mut TcpStream, data: &[u8]) -> std::io::Result<()> {
 
 impl Dev {
     fn start() -> Dev {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        Dev::start_on("127.0.0.1")
+    }
+
+    /// A dev server listening on `addr` only.
+    fn start_on(addr: &str) -> Dev {
+        let l = TcpListener::bind((addr, 0)).unwrap();
         let port = l.local_addr().unwrap().port();
         let dev = Dev {
             port,
@@ -1031,6 +1036,21 @@ fn failed_exchanges_are_rate_limited() {
     }
     assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
     assert!(statuses[..statuses.len() - 1].iter().all(|&s| s == 401));
+}
+
+#[test]
+fn a_dev_server_on_another_loopback_address_is_reached_and_one_beyond_it_is_bypassable() {
+    let s = serve();
+    // 127.0.0.2: loopback, but not an address that E2B's envd re-exposes.
+    let private = Dev::start_on("127.0.0.2");
+    let gate = free_port();
+    let g = mint(&s, json!({"port": private.port, "gatePort": gate}));
+    assert_eq!(g["bypassable"], false);
+    let cookie = exchange(gate, &token(&g));
+    assert_eq!(Raw::open(gate).get("/", &[&cookie]).text(), "hello");
+    let open = Dev::start_on("0.0.0.0");
+    let g = mint(&s, json!({"port": open.port, "gatePort": free_port()}));
+    assert_eq!(g["bypassable"], true);
 }
 
 #[test]

@@ -56,9 +56,14 @@ fn connect(port: u16) -> io::Result<Upstream> {
         Ok(s) => s,
         // A dev server that resolved `localhost` to `::1` (Node does, where IPv6 comes
         // first) listens there only; it is loopback all the same.
+        // A dev server bound to another loopback address (`127.0.0.2`, which E2B's envd
+        // does not re-expose) is found where it listens.
         Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
             let v6 = SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port));
-            TcpStream::connect_timeout(&v6, CONNECT_TIMEOUT).map_err(|_| e)?
+            match TcpStream::connect_timeout(&v6, CONNECT_TIMEOUT) {
+                Ok(s) => s,
+                Err(_) => other_loopback(port).ok_or(e)?,
+            }
         }
         Err(e) => return Err(e),
     };
@@ -69,6 +74,16 @@ fn connect(port: u16) -> io::Result<Upstream> {
         r: BufReader::with_capacity(64 << 10, s),
         w,
     })
+}
+
+/// A connection to `port` on whichever other loopback address a socket listens there.
+fn other_loopback(port: u16) -> Option<TcpStream> {
+    crate::os::ports::listening()
+        .into_iter()
+        .filter(|l| l.port == port)
+        .filter_map(|l| l.address.parse::<std::net::IpAddr>().ok())
+        .filter(|a| a.is_loopback())
+        .find_map(|a| TcpStream::connect_timeout(&SocketAddr::new(a, port), CONNECT_TIMEOUT).ok())
 }
 
 /// True if the request asks to switch protocols (`Connection: upgrade` and `Upgrade`).

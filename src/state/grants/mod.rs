@@ -684,14 +684,24 @@ fn find<'a>(doc: &'a mut Doc, id: &str) -> Result<&'a mut Stored> {
 }
 
 /// True if something listens on `port` at an address other than loopback: the dev server
-/// can then be reached without the gate.
+/// can then be reached without the gate. In an E2B sandbox (`E2B_SANDBOX=true`, set by its
+/// envd) `127.0.0.1` and `::1` count too: envd re-exposes listeners on exactly those (and
+/// `::`) to the sandbox's proxy with socat; another loopback address such as `127.0.0.2`
+/// stays private there.
 fn bypassable(port: u16, listening: &[crate::os::ports::Listener]) -> bool {
-    listening.iter().any(|l| {
-        l.port == port
-            && l.address
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|a| !a.is_loopback())
-    })
+    let reexposed = std::env::var("E2B_SANDBOX").is_ok_and(|v| v == "true");
+    bypassable_with(port, listening, reexposed)
+}
+
+fn bypassable_with(port: u16, listening: &[crate::os::ports::Listener], reexposed: bool) -> bool {
+    let open = |a: std::net::IpAddr| {
+        !a.is_loopback()
+            || (reexposed
+                && (a == std::net::Ipv4Addr::LOCALHOST || a == std::net::Ipv6Addr::LOCALHOST))
+    };
+    listening
+        .iter()
+        .any(|l| l.port == port && l.address.parse::<std::net::IpAddr>().is_ok_and(open))
 }
 
 /// The cookie key: 32 random bytes in `key` (hex, 0600), made on first use.
@@ -836,6 +846,32 @@ mod tests {
         cli.revoke(&grant.id).unwrap();
         assert!(serve.refresh(Duration::ZERO).is_empty());
         assert!(serve.admit(2, &[&cookie]).is_err());
+    }
+
+    #[test]
+    fn bypassable_is_beyond_loopback_or_where_the_provider_reexposes_it() {
+        let at = |address: &str| crate::os::ports::Listener {
+            port: 5173,
+            address: address.into(),
+            pid: None,
+            job_id: None,
+        };
+        for (addr, plain, e2b) in [
+            ("127.0.0.1", false, true),
+            ("::1", false, true),
+            ("127.0.0.2", false, false),
+            ("0.0.0.0", true, true),
+            ("::", true, true),
+            ("10.1.2.3", true, true),
+        ] {
+            assert_eq!(bypassable_with(5173, &[at(addr)], false), plain, "{addr}");
+            assert_eq!(
+                bypassable_with(5173, &[at(addr)], true),
+                e2b,
+                "{addr} on E2B"
+            );
+            assert!(!bypassable_with(5174, &[at(addr)], true));
+        }
     }
 
     #[test]
