@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::api::{app, auth, cors, handlers, log, watch};
+use crate::api::{app, auth, handlers, log, waits};
 use crate::http;
 use crate::model::error::{Error, Result};
 use crate::model::limits::Seconds;
@@ -103,7 +103,7 @@ pub fn serve_main(args: ServeArgs) -> Result<i32> {
             args.keep_days
         )));
     }
-    let origins = cors::Origins::parse(&args.allowed_origins)?;
+    let origins = http::auth::Origins::parse(&args.allowed_origins, "--allowed-origin")?;
     let sandbox = crate::state::sandbox::record_start(store.root())?;
     let listener = bind(&args.listen)?;
 
@@ -164,7 +164,7 @@ pub fn serve_main(args: ServeArgs) -> Result<i32> {
     std::panic::set_hook(Box::new(|info| {
         log(serde_json::json!({"event": "panic", "error": info.to_string()}));
     }));
-    let hub = watch::Hub::start();
+    let hub = waits::Hub::start();
     let grants = crate::state::grants::Grants::open(store.root())?;
     let gate = crate::gate::start(
         Arc::clone(&grants),

@@ -49,25 +49,25 @@ pub fn mint(app: &App, call: &Call<'_>) -> Reply {
     if let (Value::Object(o), Value::Object(t)) = (&mut v, token_json(&t)) {
         o.extend(t);
     }
-    Ok(v.into())
+    Ok(v)
 }
 
 /// Another token for a live grant.
 pub fn token(app: &App, call: &Call<'_>) -> Reply {
     no_body(call.body)?;
     let t = grants(app)?.token(id(call)?)?;
-    Ok(token_json(&t).into())
+    Ok(token_json(&t))
 }
 
 /// Every grant kept, with its open connections; never a token.
 pub fn list(app: &App, _call: &Call<'_>) -> Reply {
     let all: Vec<Value> = grants(app)?.list().iter().map(grant_json).collect();
-    Ok(json!({ "grants": all }).into())
+    Ok(json!({ "grants": all }))
 }
 
 /// Revokes a grant for good; its open connections close.
 pub fn revoke(app: &App, call: &Call<'_>) -> Reply {
     no_body(call.body)?;
     let g = grants(app)?.revoke(id(call)?)?;
-    Ok(grant_json(&g).into())
+    Ok(grant_json(&g))
 }
