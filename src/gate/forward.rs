@@ -41,12 +41,18 @@ impl Upstream {
         if !self.r.buffer().is_empty() {
             return true;
         }
+        use nix::sys::socket::{MsgFlags, recv};
+        use std::os::fd::AsRawFd;
         let mut b = [0u8; 1];
-        let _ = self.w.set_nonblocking(true);
-        let gone =
-            !matches!(self.w.peek(&mut b), Err(ref e) if e.kind() == io::ErrorKind::WouldBlock);
-        let _ = self.w.set_nonblocking(false);
-        gone
+        // One peek that does not wait: nothing to read (EAGAIN) is the one healthy answer.
+        !matches!(
+            recv(
+                self.w.as_raw_fd(),
+                &mut b,
+                MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT
+            ),
+            Err(nix::errno::Errno::EAGAIN)
+        )
     }
 }
 
