@@ -77,7 +77,7 @@ fn connect(port: u16) -> io::Result<Upstream> {
     let w = s.try_clone()?;
     Ok(Upstream {
         port,
-        r: BufReader::with_capacity(64 << 10, s),
+        r: BufReader::with_capacity(super::STREAM_BUFFER, s),
         w,
     })
 }
@@ -472,7 +472,7 @@ fn pump_body(
     read_all: &std::sync::atomic::AtomicBool,
 ) -> io::Result<bool> {
     let mut body = BodyReader::new(r, framing, limits, u64::MAX);
-    let mut buf = vec![0u8; 64 << 10];
+    let mut buf = vec![0u8; super::STREAM_BUFFER];
     let chunked = framing == Framing::Chunked;
     let res = (|| {
         loop {
