@@ -15,6 +15,7 @@ mod follow;
 mod logs;
 mod print;
 mod prune;
+mod session;
 mod status;
 
 use clap::Subcommand;
@@ -69,6 +70,9 @@ pub enum Cmd {
     /// Print the journal of job events (started, ended, lost); --follow waits for more
     #[command(after_help = ENVIRONMENT)]
     Events(events::Args),
+    /// Make, list or remove sessions: a folder and variables that carry between commands
+    #[command(after_help = ENVIRONMENT)]
+    Session(session::Args),
 }
 
 /// Runs one local command; `Err` is reported by the caller.
@@ -89,6 +93,7 @@ pub fn main(cmd: Cmd) -> Result<i32> {
         Cmd::Cancel(a) => cancel::run(a),
         Cmd::Prune(a) => prune::run(a),
         Cmd::Events(a) => events::run(a),
+        Cmd::Session(a) => session::run(a),
     }
 }
 

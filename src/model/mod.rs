@@ -7,6 +7,7 @@ pub mod id;
 pub mod limits;
 pub mod record;
 pub mod secret;
+pub mod session;
 pub mod spec;
 
 pub use id::JobId;
