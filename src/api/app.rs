@@ -631,6 +631,11 @@ mod tests {
             Route::MoveFile => (400, "from"),
             Route::Events => (200, "\"events\":[]"),
             Route::Metrics => (200, "gitterm_jobs_started_total 0"),
+            Route::CreateSession => (200, "\"id\":\"ses_"),
+            Route::ListSessions => (200, "\"sessions\":["),
+            Route::GetSession | Route::DeleteSession | Route::StartSessionJob => {
+                (404, "no session")
+            }
         }
     }
 

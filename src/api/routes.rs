@@ -131,6 +131,16 @@ routes! {
     EventsTicket = "POST" "/v1/events/tickets", Full, [], handlers::events::ticket;
     /// Counters and gauges in the Prometheus text format.
     Metrics = "GET" "/v1/metrics", Full, [], handlers::metrics::get;
+    /// Make a session: a folder and variables that carry from one command to the next.
+    CreateSession = "POST" "/v1/sessions", Scoped, [], handlers::sessions::create;
+    /// Every session, names of its variables only.
+    ListSessions = "GET" "/v1/sessions", Scoped, [], handlers::sessions::list;
+    /// One session.
+    GetSession = "GET" "/v1/sessions/{id}", Scoped, [], handlers::sessions::get;
+    /// Remove a session, cancelling its running command.
+    DeleteSession = "DELETE" "/v1/sessions/{id}", Full, [], handlers::sessions::delete;
+    /// Start the session's next command (one at a time), answered as a job start.
+    StartSessionJob = "POST" "/v1/sessions/{id}/jobs", Scoped, [], handlers::sessions::start;
 }
 
 /// What a request's method and path resolve to.
@@ -276,6 +286,10 @@ mod tests {
                 ("GET", "/v1/env"),
                 ("POST", "/v1/env"),
                 ("GET", "/v1/sandbox"),
+                ("POST", "/v1/sessions"),
+                ("GET", "/v1/sessions"),
+                ("GET", "/v1/sessions/{id}"),
+                ("POST", "/v1/sessions/{id}/jobs"),
             ]
         );
     }
@@ -285,6 +299,7 @@ mod tests {
         use crate::api::request::{
             ENV_FIELDS, MKDIR_FIELDS, MOVE_FIELDS, PREVIEW_FIELDS, RESIZE_FIELDS, START_FIELDS,
         };
+        use crate::api::request::{SESSION_FIELDS, session_job_fields};
         match route {
             Route::StartJob => Some(START_FIELDS),
             Route::SetEnv => Some(ENV_FIELDS),
@@ -295,6 +310,10 @@ mod tests {
             Route::PtyTicket | Route::LogTicket | Route::EventsTicket => Some(&[]),
             Route::MakeDir => Some(MKDIR_FIELDS),
             Route::MoveFile => Some(MOVE_FIELDS),
+            Route::CreateSession => Some(SESSION_FIELDS),
+            Route::StartSessionJob => Some(session_job_fields()),
+            Route::DeleteSession => Some(&[]),
+            Route::ListSessions | Route::GetSession => None,
             Route::FileStat
             | Route::ListFiles
             | Route::ReadFile
@@ -317,7 +336,7 @@ mod tests {
     /// generated clients can send them, each is a documented header parameter).
     fn headers(route: Route) -> &'static [&'static str] {
         match route {
-            Route::StartJob | Route::StartPreview => &["Idempotency-Key"],
+            Route::StartJob | Route::StartPreview | Route::StartSessionJob => &["Idempotency-Key"],
             Route::JobLog => &["Range", "If-Range"],
             Route::Events => &["Accept", "Last-Event-ID"],
             Route::ReadFile => &["Range", "If-None-Match"],
