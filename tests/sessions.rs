@@ -500,3 +500,93 @@ fn a_job_users_session_is_unreadable_to_that_user() {
         "{out}"
     );
 }
+
+#[test]
+fn exec_and_a_bash_trace_fd_are_handled_and_a_retry_gets_the_same_command() {
+    let s = Server::start(&[]);
+    let mut c = s.client();
+    let sid = session(&mut c, json!({"shell": "bash"}));
+    run(&mut c, &sid, "export KEEP=before");
+    // A command that replaces its shell saves nothing, and says so.
+    let exec = run(&mut c, &sid, "export KEEP=exec; exec true");
+    assert_eq!(exec["status"], "succeeded");
+    assert_eq!(exec["sessionSaved"], false);
+    assert!(text(&exec, "reason").contains("exec"), "{exec:#}");
+    // Tracing to a descriptor of its own (bash's BASH_XTRACEFD) shows only the command.
+    let traced = run(
+        &mut c,
+        &sid,
+        "exec {fd}>&1; BASH_XTRACEFD=$fd; set -x; echo \"$KEEP\"; exec 7>&1; BASH_XTRACEFD=7; echo two",
+    );
+    assert_eq!(
+        output(&traced),
+        "+ echo before\nbefore\n+ exec\n+ BASH_XTRACEFD=7\n+ echo two\ntwo\n",
+        "{traced:#}"
+    );
+    // The same key and request: the same job, not a second command nor a conflict.
+    let body = json!({"command": "cd /; export N=$((N+1))", "waitSeconds": 30});
+    let path = format!("/v1/sessions/{sid}/jobs");
+    let first = c
+        .send(
+            "POST",
+            &path,
+            &[("Idempotency-Key", "ses-retry-1")],
+            Some(body.to_string().as_bytes()),
+        )
+        .json();
+    let again = c
+        .send(
+            "POST",
+            &path,
+            &[("Idempotency-Key", "ses-retry-1")],
+            Some(body.to_string().as_bytes()),
+        )
+        .json();
+    assert_eq!(first["id"], again["id"]);
+    let other = c.send(
+        "POST",
+        &path,
+        &[("Idempotency-Key", "ses-retry-1")],
+        Some(json!({"command": "true"}).to_string().as_bytes()),
+    );
+    assert_eq!(other.status, 409, "{}", other.text());
+    assert_eq!(output(&run(&mut c, &sid, "echo \"$N $PWD\"")), "1 /\n");
+}
+
+#[test]
+fn the_scoped_token_keeps_to_its_own_user() {
+    let Some(u) = TestUser::create("sesscope") else {
+        return;
+    };
+    let sb = Arc::new(Sandbox::new());
+    std::fs::set_permissions(
+        sb.dir(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let scoped_file = sb.dir().join("scoped.token");
+    write_mode(&scoped_file, "scoped-token-sessions-0123456789\n", 0o600);
+    let s = Server::start_in(
+        sb,
+        "127.0.0.1:0",
+        &["--scoped-token-file", scoped_file.to_str().unwrap()],
+    );
+    let mut full = s.client();
+    let mut scoped = s.client().token("scoped-token-sessions-0123456789");
+    let theirs = session(&mut full, json!({"user": u.name}));
+    let r = scoped.post(
+        &format!("/v1/sessions/{theirs}/jobs"),
+        &json!({"command": "id"}),
+    );
+    assert_eq!(r.status, 403, "{}", r.text());
+    let r = scoped.post("/v1/sessions", &json!({"user": u.name}));
+    assert_eq!(r.status, 403, "{}", r.text());
+    let r = scoped.call("DELETE", &format!("/v1/sessions/{theirs}"), None);
+    assert_eq!(r.status, 403, "{}", r.text());
+    // Its own session works, as the user its jobs run as.
+    let mine = session(&mut scoped, json!({}));
+    let v = run(&mut scoped, &mine, "export A=1; echo ok");
+    assert_eq!(output(&v), "ok\n");
+    let v = run(&mut full, &theirs, "id -un");
+    assert_eq!(output(&v), format!("{}\n", u.name));
+}

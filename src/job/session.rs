@@ -17,6 +17,7 @@ use crate::model::session::{
 };
 use crate::model::spec::{Config, StartRequest};
 use crate::model::{JobId, JobRecord, Status};
+use crate::state::idempotency::{self, Earlier};
 use crate::state::sessions as store;
 use crate::state::store::Store;
 
@@ -187,6 +188,30 @@ pub fn start(
                 .into(),
         ));
     }
+    // The key is this module's to keep (the start below changes the request: the
+    // session's folder and variables), so that a retry is told apart by what was sent.
+    let key = req.idempotency_key.take();
+    let fingerprint =
+        crate::model::hash::fnv1a_128(&[&req.fingerprint().to_le_bytes(), id.as_str().as_bytes()]);
+    let key_lock = match key.as_deref() {
+        Some(k) => {
+            refuse_secret_key(&req, k)?;
+            Some((k, idempotency::lock(st, k)?))
+        }
+        None => None,
+    };
+    if let Some((k, lock)) = &key_lock {
+        match idempotency::lookup(st, lock, k, fingerprint) {
+            Earlier::None => {}
+            Earlier::Same(job) => return Ok((settle::settle_and_load(st, &job)?, None)),
+            Earlier::Different(job) => {
+                return Err(Error::Conflict(format!(
+                    "Idempotency-Key {k:?} was already used for job {job} with a different \
+                     request; send the same request to get that job, or use a new key"
+                )));
+            }
+        }
+    }
     let _lock = store::lock(st.root(), id)?;
     let mut meta = store::load_meta(st.root(), id)?;
     if let Some(job) = busy(st, &meta) {
@@ -217,9 +242,31 @@ pub fn start(
         secret_names,
     });
     let (rec, events) = launch::start_with_stdin(st, cfg, req, stdin)?;
-    if rec.session_id.as_deref() == Some(id.as_str()) {
-        meta.last_job_id = Some(rec.id.clone());
-        store::write_meta(st.root(), &meta)?;
+    if let Some((k, lock)) = &key_lock {
+        idempotency::record(st, lock, k, &rec.id, fingerprint);
     }
+    meta.last_job_id = Some(rec.id.clone());
+    store::write_meta(st.root(), &meta)?;
     Ok((rec, events))
+}
+
+/// Refuses an `Idempotency-Key` that spells one of the command's secrets (it is stored in
+/// the clear), in any spelling output masks.
+fn refuse_secret_key(req: &StartRequest, key: &str) -> Result<()> {
+    let values: Vec<&[u8]> = req
+        .secrets
+        .iter()
+        .map(|s| s.value.expose().as_bytes())
+        .collect();
+    let forms = crate::text::pipeline::masked_forms(&values);
+    let finder =
+        crate::text::redact::Redactor::new(&forms.iter().map(Vec::as_slice).collect::<Vec<_>>());
+    if finder.finds(key.as_bytes()) {
+        return Err(Error::Invalid(
+            "Idempotency-Key holds a secret's value (as given or encoded); it would be stored \
+             in the clear: choose another key"
+                .into(),
+        ));
+    }
+    Ok(())
 }

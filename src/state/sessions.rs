@@ -83,12 +83,17 @@ pub fn write_meta(root: &Path, meta: &SessionMeta) -> Result<()> {
     if !d.is_dir() {
         return Err(not_found(&meta.id));
     }
-    fsutil::write_atomic(
+    let written = fsutil::replace(
         &d.join(SESSION_META),
         &to_json(meta).map_err(|e| Error::io("session", e))?,
         0o600,
     )
-    .map_err(|e| Error::io(format!("writing session {}", meta.id), e))
+    .map_err(|e| Error::io(format!("writing session {}", meta.id), e))?;
+    // Not synced: it only names the latest command, for the one-at-a-time check, and a
+    // kernel crash that loses it also loses that command (its job is then `lost`, which
+    // counts as ended); a disk flush per command would cost more than the rest of a start.
+    drop(written);
+    Ok(())
 }
 
 /// Why a state was not saved.
