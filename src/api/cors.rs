@@ -16,9 +16,9 @@
 //! `fetch` that sends `Authorization` (minting a ticket) always asks first.
 
 use super::routes::{Matched, Route};
-use crate::http::auth::{normalize_origin as normalize, shown};
+use crate::http::auth::{Origins, shown};
 use crate::http::{Head, Response};
-use crate::model::error::{Error, Result};
+use crate::model::error::Error;
 
 /// The request headers a page may send on these routes.
 pub const ALLOWED_HEADERS: &[&str] = &[
@@ -39,42 +39,6 @@ pub fn for_browsers(route: Route) -> bool {
         route,
         Route::Events | Route::EventsTicket | Route::JobLog | Route::LogTicket | Route::PtyTicket
     )
-}
-
-/// The browser origins allowed to use tickets and CORS, each as a browser serializes it
-/// (`scheme://host[:port]`, lowercase, without a default port).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Origins(Vec<String>);
-
-impl Origins {
-    /// Parses `--allowed-origin` values; a value that is not an origin is refused with
-    /// what is wrong, so a typo does not silently lock every page out.
-    pub fn parse(values: &[String]) -> Result<Origins> {
-        let mut list = Vec::new();
-        for v in values {
-            let o = normalize(v).map_err(|why| {
-                Error::Invalid(format!(
-                    "--allowed-origin {}: {why}; write it as a browser sends it, e.g. \
-                     https://app.example.com or http://127.0.0.1:8080",
-                    shown(v)
-                ))
-            })?;
-            if !list.contains(&o) {
-                list.push(o);
-            }
-        }
-        Ok(Origins(list))
-    }
-
-    /// True if `origin` (an `Origin` header's value) is one of them.
-    pub fn allows(&self, origin: &str) -> bool {
-        normalize(origin).is_ok_and(|o| self.0.contains(&o))
-    }
-
-    /// True when none is allowed.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
 
 /// The route a request's method and path name, if one (`HEAD` is its `GET`'s).
@@ -125,7 +89,7 @@ pub fn preflight(origins: &Origins, head: &Head) -> Response {
             resp
         }
         Err((e, route)) => {
-            let mut resp = super::app::error_response(e.into());
+            let mut resp = super::answer::error_response(e.into());
             resp.route = route.map_or("", Route::template);
             resp
         }
@@ -238,58 +202,14 @@ mod tests {
     }
 
     fn origins() -> Origins {
-        Origins::parse(&[
-            "https://App.example/".into(),
-            "http://127.0.0.1:8080".into(),
-        ])
+        Origins::parse(
+            &[
+                "https://App.example/".into(),
+                "http://127.0.0.1:8080".into(),
+            ],
+            "--allowed-origin",
+        )
         .unwrap()
-    }
-
-    #[test]
-    fn origins_are_normalized_as_browsers_send_them() {
-        let o = origins();
-        assert!(o.allows("https://app.example"));
-        assert!(o.allows("https://APP.example:443"));
-        assert!(o.allows("http://127.0.0.1:8080"));
-        for no in [
-            "http://app.example",
-            "https://app.example:8443",
-            "https://app.example.evil",
-            "http://127.0.0.1",
-            "null",
-            "",
-            "https://app.example/x",
-        ] {
-            assert!(!o.allows(no), "{no}");
-        }
-        let v6 = Origins::parse(&["http://[::1]:3000".into()]).unwrap();
-        assert!(v6.allows("http://[::1]:3000"));
-        assert!(!v6.allows("http://[::1]"));
-        assert_eq!(
-            Origins::parse(&["http://x:80".into(), "http://x".into()]).unwrap(),
-            Origins(vec!["http://x".into()])
-        );
-    }
-
-    #[test]
-    fn values_that_are_not_origins_are_refused_clearly() {
-        for (bad, why) in [
-            ("app.example", "scheme://host"),
-            ("https://app.example/path", "no path"),
-            ("https://user@app.example", "no path"),
-            ("https://app.example:0", "port"),
-            ("https://app.example:99999", "port"),
-            ("https://app.example:+1", "port"),
-            ("https://", "host"),
-            ("https://a b", "host"),
-            ("null", "sandboxed"),
-            ("*", "wildcard"),
-            ("1http://x", "scheme"),
-        ] {
-            let e = Origins::parse(&[bad.into()]).unwrap_err();
-            assert!(e.message().contains(why), "{bad}: {}", e.message());
-            assert!(e.message().contains("--allowed-origin"), "{bad}");
-        }
     }
 
     #[test]

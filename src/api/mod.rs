@@ -1,10 +1,11 @@
 //! The HTTP/JSON control endpoint (`gitterm-agent serve`).
 //!
 //! - [`routes`]: every route as one [`Route`] enum (method, template, scope, handler).
-//! - [`app`]: admission (auth, routing, scope, query), dispatch, error answers and the
-//!   request log; [`handlers`]: one file per resource.
+//! - [`dispatch`]: admission (auth, routing, scope, query), the call of the route's
+//!   handler and the request log; [`handlers`]: one file per resource; [`app`]: the
+//!   state they share; [`answer`]: the JSON and error answers.
 //! - [`auth`]: tokens and tickets; [`cors`]: what pages of other origins may call;
-//!   [`request`]: pure parsing of queries and bodies; [`watch`]: one
+//!   [`request`]: pure parsing of queries and bodies; [`waits`]: one
 //!   shared inotify instance for long-polls.
 //!
 //! It runs on the shared HTTP layer ([`crate::http`]); `serve`'s flags, binding and
@@ -13,14 +14,16 @@
 //! The server keeps no state beyond the store: each job has its own supervisor process, so
 //! stopping or killing the server never touches a running job, and a restart is a rescan.
 
+pub mod answer;
 pub mod app;
 pub mod auth;
 pub mod cors;
-pub mod feed;
+pub mod dispatch;
 pub mod handlers;
+pub mod journal;
 pub mod request;
 pub mod routes;
-pub mod watch;
+pub mod waits;
 
 use std::io::Write;
 

@@ -127,6 +127,42 @@ pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
+/// The browser origins allowed to use tickets and CORS, each as a browser serializes it
+/// (`scheme://host[:port]`, lowercase, without a default port).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Origins(Vec<String>);
+
+impl Origins {
+    /// Parses the values of the flag `flag`; a value that is not an origin is refused
+    /// with what is wrong, so a typo does not silently lock every page out.
+    pub fn parse(values: &[String], flag: &str) -> Result<Origins> {
+        let mut list = Vec::new();
+        for v in values {
+            let o = normalize_origin(v).map_err(|why| {
+                Error::Invalid(format!(
+                    "{flag} {}: {why}; write it as a browser sends it, e.g. \
+                     https://app.example.com or http://127.0.0.1:8080",
+                    shown(v)
+                ))
+            })?;
+            if !list.contains(&o) {
+                list.push(o);
+            }
+        }
+        Ok(Origins(list))
+    }
+
+    /// True if `origin` (an `Origin` header's value) is one of them.
+    pub fn allows(&self, origin: &str) -> bool {
+        normalize_origin(origin).is_ok_and(|o| self.0.contains(&o))
+    }
+
+    /// True when none is allowed.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 /// An origin as browsers serialize it, or why `v` is not one.
 pub fn normalize_origin(v: &str) -> std::result::Result<String, &'static str> {
     let v = v.trim().trim_end_matches('/').to_ascii_lowercase();
@@ -231,6 +267,62 @@ mod tests {
     enum Access {
         Full,
         Scoped,
+    }
+
+    const FLAG: &str = "--allowed-origin";
+
+    #[test]
+    fn origins_are_normalized_as_browsers_send_them() {
+        let o = Origins::parse(
+            &[
+                "https://App.example/".into(),
+                "http://127.0.0.1:8080".into(),
+            ],
+            FLAG,
+        )
+        .unwrap();
+        assert!(o.allows("https://app.example"));
+        assert!(o.allows("https://APP.example:443"));
+        assert!(o.allows("http://127.0.0.1:8080"));
+        for no in [
+            "http://app.example",
+            "https://app.example:8443",
+            "https://app.example.evil",
+            "http://127.0.0.1",
+            "null",
+            "",
+            "https://app.example/x",
+        ] {
+            assert!(!o.allows(no), "{no}");
+        }
+        let v6 = Origins::parse(&["http://[::1]:3000".into()], FLAG).unwrap();
+        assert!(v6.allows("http://[::1]:3000"));
+        assert!(!v6.allows("http://[::1]"));
+        assert_eq!(
+            Origins::parse(&["http://x:80".into(), "http://x".into()], FLAG).unwrap(),
+            Origins(vec!["http://x".into()])
+        );
+    }
+
+    #[test]
+    fn values_that_are_not_origins_are_refused_clearly() {
+        for (bad, why) in [
+            ("app.example", "scheme://host"),
+            ("https://app.example/path", "no path"),
+            ("https://user@app.example", "no path"),
+            ("https://app.example:0", "port"),
+            ("https://app.example:99999", "port"),
+            ("https://app.example:+1", "port"),
+            ("https://", "host"),
+            ("https://a b", "host"),
+            ("null", "sandboxed"),
+            ("*", "wildcard"),
+            ("1http://x", "scheme"),
+        ] {
+            let e = Origins::parse(&[bad.into()], FLAG).unwrap_err();
+            assert!(e.message().contains(why), "{bad}: {}", e.message());
+            assert!(e.message().contains("--allowed-origin"), "{bad}");
+        }
     }
 
     #[test]

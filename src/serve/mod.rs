@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::api::{app, auth, cors, handlers, log, watch};
+use crate::api::{app, auth, handlers, log, waits};
 use crate::http;
 use crate::model::error::{Error, Result};
 use crate::model::limits::Seconds;
@@ -100,7 +100,7 @@ pub fn serve_main(args: ServeArgs) -> Result<i32> {
             args.keep_days
         )));
     }
-    let origins = cors::Origins::parse(&args.allowed_origins)?;
+    let origins = http::auth::Origins::parse(&args.allowed_origins, "--allowed-origin")?;
     let sandbox = crate::state::sandbox::record_start(store.root())?;
     let listener = bind(&args.listen)?;
 
@@ -161,7 +161,7 @@ pub fn serve_main(args: ServeArgs) -> Result<i32> {
     std::panic::set_hook(Box::new(|info| {
         log(serde_json::json!({"event": "panic", "error": info.to_string()}));
     }));
-    let hub = watch::Hub::start();
+    let hub = waits::Hub::start();
     let app = Arc::new(
         app::App::new(store, cfg, tokens, sandbox, Arc::clone(&hub))
             .with_max_waiting(max_waiting)
