@@ -25,22 +25,22 @@ pub fn create(app: &App, call: &Call<'_>) -> Reply {
     if call.scoped && new.user.is_some() {
         return Err(forbidden_user().into());
     }
-    Ok(session::create(&app.store, &app.cfg, new)?.into())
+    Ok(session::create(&app.store, &app.cfg, new)?)
 }
 
 pub fn list(app: &App, _: &Call<'_>) -> Reply {
-    Ok(json!({ "sessions": session::list(&app.store) }).into())
+    Ok(json!({ "sessions": session::list(&app.store) }))
 }
 
 pub fn get(app: &App, call: &Call<'_>) -> Reply {
-    Ok(session::get(&app.store, &session_id(call)?)?.into())
+    Ok(session::get(&app.store, &session_id(call)?)?)
 }
 
 pub fn delete(app: &App, call: &Call<'_>) -> Reply {
     let id = session_id(call)?;
     request::no_body(call.body)?;
     session::remove(&app.store, &app.cfg, &id)?;
-    Ok(json!({ "ok": true }).into())
+    Ok(json!({ "ok": true }))
 }
 
 pub fn start(app: &App, call: &Call<'_>) -> Reply {
@@ -77,5 +77,5 @@ pub fn start(app: &App, call: &Call<'_>) -> Reply {
         (Wait::Seconds(s), Some(ev)) => wait_end_events(app, &rec.id.clone(), ev, s)?,
         (Wait::Seconds(s), None) => wait_end(app, &rec.id.clone(), s)?,
     };
-    Ok(app.store.view(&rec).into())
+    Ok(app.store.view(&rec))
 }
