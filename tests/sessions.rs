@@ -306,6 +306,21 @@ fn a_command_ended_by_timeout_cancel_or_kill_leaves_the_session_as_it_was() {
     assert_eq!(killed["signal"], "SIGKILL", "{killed:#}");
     assert_eq!(killed["sessionSaved"], false);
 
+    // The latest command is the one that was not saved, and nothing of it is left over.
+    let v = c.get(&format!("/v1/sessions/{sid}")).json();
+    assert_eq!(v["lastJobId"], killed["id"], "{v:#}");
+    let folder = s.home.join("sessions").join(&sid);
+    let names = || {
+        let mut n: Vec<String> = std::fs::read_dir(&folder)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        n.sort();
+        n
+    };
+    eventually(PROMPT, "the session folder to hold its two files", || {
+        (names() == ["session.json", "state.json"]).then_some(())
+    });
     let now = run(&mut c, &sid, "echo \"$KEEP $PWD\"");
     assert_eq!(output(&now), "before /tmp\n");
 }

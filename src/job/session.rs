@@ -83,7 +83,6 @@ pub fn create(st: &Store, cfg: &Config, new: NewSession) -> Result<Value> {
         shell: new.shell,
         user: user.map(|u| u.name),
         created_at: crate::text::timefmt::now(),
-        last_job_id: None,
         extra: Default::default(),
     };
     let state = SessionState {
@@ -106,17 +105,28 @@ pub fn create(st: &Store, cfg: &Config, new: NewSession) -> Result<Value> {
     Ok(view(st, &meta, &state))
 }
 
-/// The running command's id, if one runs (its record settled first, so a command whose
-/// supervisor is gone no longer counts).
-fn busy(st: &Store, meta: &SessionMeta) -> Option<JobId> {
-    let id = meta.last_job_id.as_ref()?;
-    match settle::settle_and_load(st, id) {
-        Ok(r) if r.status == Status::Running => Some(id.clone()),
-        _ => None,
-    }
+/// The running command's id, if one runs: a running job whose record names the session
+/// (settled first, so a command whose supervisor is gone no longer counts). Read from the
+/// running jobs (one name each, see `state::layout::RUNNING_DIR`), so that a start writes
+/// nothing of the session's.
+fn busy(st: &Store, id: &SessionId) -> Option<JobId> {
+    let running = fs::read_dir(st.running_dir()).ok()?;
+    running.flatten().find_map(|e| {
+        let job = JobId::parse(e.file_name().to_str()?)?;
+        let ours = |r: &JobRecord| r.session_id.as_deref() == Some(id.as_str());
+        if !st.read_raw(&job).is_ok_and(|r| ours(&r)) {
+            return None;
+        }
+        settle::settle_and_load(st, &job)
+            .ok()
+            .filter(|r| r.status == Status::Running && ours(r))
+            .map(|_| job)
+    })
 }
 
 fn view(st: &Store, meta: &SessionMeta, state: &SessionState) -> Value {
+    let busy = busy(st, &meta.id);
+    let last = busy.clone().or_else(|| state.last_job_id.clone());
     json!({
         "id": meta.id,
         "cwd": state.cwd,
@@ -124,8 +134,8 @@ fn view(st: &Store, meta: &SessionMeta, state: &SessionState) -> Value {
         "shell": meta.shell,
         "user": meta.user,
         "createdAt": meta.created_at,
-        "busy": busy(st, meta),
-        "lastJobId": meta.last_job_id,
+        "busy": busy,
+        "lastJobId": last,
     })
 }
 
@@ -148,8 +158,8 @@ pub fn list(st: &Store) -> Vec<Value> {
 /// Removes a session, cancelling its running command first.
 pub fn remove(st: &Store, cfg: &Config, id: &SessionId) -> Result<()> {
     let _lock = store::lock(st.root(), id)?;
-    let meta = store::load_meta(st.root(), id)?;
-    if let Some(job) = busy(st, &meta) {
+    store::load_meta(st.root(), id)?;
+    if let Some(job) = busy(st, id) {
         let wait = Duration::from_secs_f64(cfg.grace_seconds + 5.0);
         launch::cancel(st, &job, wait)?;
     }
@@ -213,13 +223,14 @@ pub fn start(
         }
     }
     let _lock = store::lock(st.root(), id)?;
-    let mut meta = store::load_meta(st.root(), id)?;
-    if let Some(job) = busy(st, &meta) {
+    let meta = store::load_meta(st.root(), id)?;
+    if let Some(job) = busy(st, id) {
         return Err(Error::Conflict(format!(
             "session {id} is running job {job}; one command runs at a time: wait for it to \
              end (GET /v1/jobs/{job}?waitSeconds=60) or cancel it"
         )));
     }
+    store::sweep_reserved(st.root(), id);
     let state = store::load_state(st.root(), id)?;
     let cwd = existing(&state.cwd);
     let secret_names: BTreeSet<String> = req.secrets.iter().map(|s| s.name.clone()).collect();
@@ -245,8 +256,6 @@ pub fn start(
     if let Some((k, lock)) = &key_lock {
         idempotency::record(st, lock, k, &rec.id, fingerprint);
     }
-    meta.last_job_id = Some(rec.id.clone());
-    store::write_meta(st.root(), &meta)?;
     Ok((rec, events))
 }
 

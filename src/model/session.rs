@@ -169,6 +169,10 @@ pub struct SessionState {
     /// bash: the aliases, as `alias -p` prints them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aliases: Option<Bytes>,
+    /// The session's latest command that ended (saved or not): written with the state by
+    /// that command's supervisor, so that a start writes nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_job_id: Option<JobId>,
 }
 
 impl SessionState {
@@ -194,9 +198,6 @@ pub struct SessionMeta {
     #[serde(default)]
     pub user: Option<String>,
     pub created_at: String,
-    /// The session's latest command; it is the running one while its job runs.
-    #[serde(default)]
-    pub last_job_id: Option<JobId>,
     /// Fields this binary does not know, kept on rewrite.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::model::error::{Error, Result};
 use crate::model::session::{MAX_STATE_BYTES, SessionId, SessionMeta, SessionState};
 
-use super::fsutil::{self, Unsynced};
+use super::fsutil::{self, Reserved, Unsynced};
 use super::layout::{SESSION_META, SESSION_STATE, SESSIONS_DIR, STAGING_PREFIX};
 
 /// How long a start waits for another start or removal of the same session.
@@ -77,25 +77,6 @@ pub fn load_state(root: &Path, id: &SessionId) -> Result<SessionState> {
     read(root, id, SESSION_STATE)
 }
 
-/// Replaces the session's own record (a start or removal holds [`lock`]).
-pub fn write_meta(root: &Path, meta: &SessionMeta) -> Result<()> {
-    let d = dir(root, &meta.id);
-    if !d.is_dir() {
-        return Err(not_found(&meta.id));
-    }
-    let written = fsutil::replace(
-        &d.join(SESSION_META),
-        &to_json(meta).map_err(|e| Error::io("session", e))?,
-        0o600,
-    )
-    .map_err(|e| Error::io(format!("writing session {}", meta.id), e))?;
-    // Not synced: it only names the latest command, for the one-at-a-time check, and a
-    // kernel crash that loses it also loses that command (its job is then `lost`, which
-    // counts as ended); a disk flush per command would cost more than the rest of a start.
-    drop(written);
-    Ok(())
-}
-
 /// Why a state was not saved.
 #[derive(Debug)]
 pub enum SaveError {
@@ -121,6 +102,59 @@ pub fn save_state(
         Ok(u) => Ok(u),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Err(SaveError::Gone),
         Err(e) => Err(SaveError::Io(e)),
+    }
+}
+
+/// Prefix of the file a running command's supervisor made for the state it will write.
+const RESERVED_PREFIX: &str = ".state.json.";
+
+/// A file for the state a command will write, made while its shell starts (a new file
+/// can cost a millisecond; the rename at the end costs none), with `room` bytes.
+pub fn reserve_state(
+    root: &Path,
+    id: &SessionId,
+    job: &crate::model::JobId,
+    room: usize,
+) -> io::Result<(Reserved, PathBuf)> {
+    let path = dir(root, id).join(format!("{RESERVED_PREFIX}{job}"));
+    Ok((fsutil::reserve(&path, room, 0o600)?, path))
+}
+
+/// [`save_state`] into the file [`reserve_state`] made.
+pub fn commit_state(
+    reserved: Reserved,
+    from: &Path,
+    root: &Path,
+    id: &SessionId,
+    state: &SessionState,
+) -> std::result::Result<Unsynced, SaveError> {
+    let data = to_json(state).map_err(SaveError::Io)?;
+    let fail = |e: io::Error| {
+        let _ = fs::remove_file(from);
+        if e.kind() == io::ErrorKind::NotFound {
+            SaveError::Gone
+        } else {
+            SaveError::Io(e)
+        }
+    };
+    if data.len() > MAX_STATE_BYTES {
+        let _ = fs::remove_file(from);
+        return Err(SaveError::TooLarge(data.len()));
+    }
+    reserved
+        .replace(from, &dir(root, id).join(SESSION_STATE), &data)
+        .map_err(fail)
+}
+
+/// Removes the reserved files of commands whose supervisor is gone (none runs: the
+/// caller checked, holding the lock).
+pub fn sweep_reserved(root: &Path, id: &SessionId) {
+    if let Ok(d) = fs::read_dir(dir(root, id)) {
+        for e in d.flatten() {
+            if e.file_name().to_string_lossy().starts_with(RESERVED_PREFIX) {
+                let _ = fs::remove_file(e.path());
+            }
+        }
     }
 }
 
@@ -191,7 +225,6 @@ mod tests {
             shell: Shell::Bash,
             user: None,
             created_at: "2026-01-01T00:00:00Z".into(),
-            last_job_id: None,
             extra: Default::default(),
         };
         let mut st = SessionState {

@@ -15,7 +15,7 @@ use crate::model::session::{
     self, DUMP_FD, MAX_DUMP_BYTES, RESTORE_FD, SessionRun, Shell, parse_dump,
 };
 use crate::model::spec::Spec;
-use crate::state::fsutil::Unsynced;
+use crate::state::fsutil::{Reserved, Unsynced};
 use crate::state::sessions::{self as store, SaveError};
 use crate::text::redact::Redactor;
 
@@ -32,6 +32,10 @@ pub(super) struct SessionIo {
     secrets: Redactor,
     /// The saved state, made durable after the final record.
     saved: Option<Unsynced>,
+    /// The file the state will be written into, made while the shell starts.
+    reserved: Option<(Reserved, std::path::PathBuf)>,
+    /// This job, the session's latest command once it ended.
+    job: Option<crate::model::JobId>,
 }
 
 /// The program a session's shell runs as (`$0`).
@@ -83,12 +87,44 @@ pub(super) fn prepare(
             env,
             secrets,
             saved: None,
+            reserved: None,
+            job: None,
         },
         fds,
     )))
 }
 
 impl SessionIo {
+    /// Makes the file the state will be written into (while the shell starts: a new file
+    /// can cost a millisecond on the job's way out). Without it, a new file at the end.
+    pub(super) fn reserve(&mut self, root: &std::path::Path, job: &crate::model::JobId) {
+        let room = serde_json::to_vec_pretty(&self.run.state).map_or(0, |v| v.len()) + 4096;
+        self.reserved = crate::state::sessions::reserve_state(
+            root,
+            &self.run.id,
+            job,
+            room.next_multiple_of(4096),
+        )
+        .ok();
+        self.job = Some(job.clone());
+    }
+
+    /// Writes `state` (with this job as the latest command): into the reserved file where
+    /// there is one.
+    fn write(
+        &mut self,
+        root: &std::path::Path,
+        mut state: session::SessionState,
+    ) -> Result<(), SaveError> {
+        state.last_job_id = self.job.clone();
+        let u = match self.reserved.take() {
+            Some((r, from)) => store::commit_state(r, &from, root, &self.run.id, &state)?,
+            None => store::save_state(root, &self.run.id, &state)?,
+        };
+        self.saved = Some(u);
+        Ok(())
+    }
+
     /// Makes the saved state durable (after the final record: off the waiters' path).
     pub(super) fn sync(&mut self) {
         if let Some(u) = self.saved.take() {
@@ -114,6 +150,11 @@ impl Supervisor {
             ),
             _ => (false, Some("the session is left as it was".into())),
         };
+        if !saved {
+            // As it was, but for the latest command's id.
+            let before = s.run.state.clone();
+            let _ = s.write(self.store.root(), before);
+        }
         self.rec.session_saved = Some(saved);
         note
     }
@@ -161,11 +202,8 @@ fn save(s: &mut SessionIo, root: &std::path::Path) -> (bool, Option<String>) {
             out.dropped.join(", ")
         )
     });
-    match store::save_state(root, &s.run.id, &out.state) {
-        Ok(u) => {
-            s.saved = Some(u);
-            (true, dropped)
-        }
+    match s.write(root, out.state) {
+        Ok(()) => (true, dropped),
         Err(SaveError::Gone) => (
             false,
             Some("session not saved: the session was removed meanwhile".into()),
