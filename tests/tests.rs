@@ -51,5 +51,7 @@ mod pty;
 mod refusals;
 /// Jobs and callers that try to wedge or fool the agent: unread input, killed supervisors.
 mod robust;
+/// Sessions: the folder and variables carried between commands, each command a job.
+mod sessions;
 /// Tickets and CORS, as pages of this and other origins and scoped callers use them.
 mod tickets;

@@ -436,6 +436,11 @@ mod tests {
             Route::MintGrant => (400, "port is missing"),
             Route::ListGrants => (200, "\"grants\":[]"),
             Route::GrantToken | Route::RevokeGrant => (404, "no preview grant"),
+            Route::CreateSession => (200, "\"id\":\"ses_"),
+            Route::ListSessions => (200, "\"sessions\":["),
+            Route::GetSession | Route::DeleteSession | Route::StartSessionJob => {
+                (404, "no session")
+            }
         }
     }
 

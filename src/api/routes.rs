@@ -140,6 +140,16 @@ routes! {
     GrantToken = "POST" "/v1/previews/grants/{id}/tokens", Scoped, [], Json(handlers::grants::token);
     /// Revoke a grant: its requests get 401 and its open connections close.
     RevokeGrant = "POST" "/v1/previews/grants/{id}/revoke", Full, [], Json(handlers::grants::revoke);
+    /// Make a session: a folder and variables that carry from one command to the next.
+    CreateSession = "POST" "/v1/sessions", Scoped, [], Json(handlers::sessions::create);
+    /// Every session, names of its variables only.
+    ListSessions = "GET" "/v1/sessions", Scoped, [], Json(handlers::sessions::list);
+    /// One session.
+    GetSession = "GET" "/v1/sessions/{id}", Scoped, [], Json(handlers::sessions::get);
+    /// Remove a session, cancelling its running command.
+    DeleteSession = "DELETE" "/v1/sessions/{id}", Full, [], Json(handlers::sessions::delete);
+    /// Start the session's next command (one at a time), answered as a job start.
+    StartSessionJob = "POST" "/v1/sessions/{id}/jobs", Scoped, [], Json(handlers::sessions::start);
 }
 
 /// What a request's method and path resolve to.
@@ -288,6 +298,10 @@ mod tests {
                 ("POST", "/v1/previews/grants"),
                 ("GET", "/v1/previews/grants"),
                 ("POST", "/v1/previews/grants/{id}/tokens"),
+                ("POST", "/v1/sessions"),
+                ("GET", "/v1/sessions"),
+                ("GET", "/v1/sessions/{id}"),
+                ("POST", "/v1/sessions/{id}/jobs"),
             ]
         );
     }
@@ -297,6 +311,7 @@ mod tests {
         use crate::api::request::{
             ENV_FIELDS, MKDIR_FIELDS, MOVE_FIELDS, PREVIEW_FIELDS, RESIZE_FIELDS, START_FIELDS,
         };
+        use crate::api::request::{SESSION_FIELDS, session_job_fields};
         match route {
             Route::StartJob => Some(START_FIELDS),
             Route::SetEnv => Some(ENV_FIELDS),
@@ -309,6 +324,10 @@ mod tests {
             Route::PtyTicket | Route::LogTicket | Route::EventsTicket => Some(&[]),
             Route::MakeDir => Some(MKDIR_FIELDS),
             Route::MoveFile => Some(MOVE_FIELDS),
+            Route::CreateSession => Some(SESSION_FIELDS),
+            Route::StartSessionJob => Some(session_job_fields()),
+            Route::DeleteSession => Some(&[]),
+            Route::ListSessions | Route::GetSession => None,
             Route::FileStat
             | Route::ListFiles
             | Route::ReadFile
@@ -332,7 +351,7 @@ mod tests {
     /// generated clients can send them, each is a documented header parameter).
     fn headers(route: Route) -> &'static [&'static str] {
         match route {
-            Route::StartJob | Route::StartPreview => &["Idempotency-Key"],
+            Route::StartJob | Route::StartPreview | Route::StartSessionJob => &["Idempotency-Key"],
             Route::JobLog => &["Range", "If-Range"],
             Route::Events => &["Accept", "Last-Event-ID"],
             Route::ReadFile => &["Range", "If-None-Match"],

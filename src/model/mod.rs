@@ -8,6 +8,7 @@ pub mod limits;
 pub mod preview;
 pub mod record;
 pub mod secret;
+pub mod session;
 pub mod spec;
 
 pub use id::JobId;

@@ -9,4 +9,5 @@ pub mod idempotency;
 pub mod layout;
 pub mod livesecrets;
 pub mod sandbox;
+pub mod sessions;
 pub mod store;

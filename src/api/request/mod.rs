@@ -23,6 +23,7 @@ mod grants;
 mod jobs;
 mod previews;
 mod range;
+mod sessions;
 mod unknown;
 pub use cursor::Place;
 pub use env::{ENV_FIELDS, EnvBody, env_body};
@@ -34,6 +35,7 @@ pub use jobs::{
 };
 pub use previews::{MAX_PREVIEW_WAIT_SECONDS, PREVIEW_FIELDS, PreviewBody, preview_body};
 pub use range::{Wanted, byte_range};
+pub use sessions::{SESSION_FIELDS, session_body, session_job_body, session_job_fields};
 use unknown::{FIELD, QUERY_PARAMETER, unknown_names};
 
 /// The longest any request may wait (starts and long-polls).
