@@ -83,10 +83,10 @@ routes! {
     /// One record plus its output tail; long-polls for the end on request.
     GetJob = "GET" "/v1/jobs/{id}", Scoped, ["waitSeconds"], handlers::jobs::get;
     /// A page of a job's output.
-    JobOutput = "GET" "/v1/jobs/{id}/output", Scoped, ["offset", "limit", "waitSeconds"],
+    JobOutput = "GET" "/v1/jobs/{id}/output", Scoped, ["offset", "limit", "waitSeconds", "stream"],
         handlers::output::page;
     /// The whole stored output as plain text, streamed; one byte range; or followed.
-    JobLog = "GET" "/v1/jobs/{id}/log", Scoped, ["follow", "ticket"], handlers::log::get;
+    JobLog = "GET" "/v1/jobs/{id}/log", Scoped, ["follow", "ticket", "stream"], handlers::log::get;
     /// A single-use ticket that opens this job's followed log without the bearer header.
     LogTicket = "POST" "/v1/jobs/{id}/log/tickets", Scoped, [], handlers::log::ticket;
     /// TERM, then KILL, to the whole job.
@@ -131,6 +131,8 @@ routes! {
     EventsTicket = "POST" "/v1/events/tickets", Full, [], handlers::events::ticket;
     /// Counters and gauges in the Prometheus text format.
     Metrics = "GET" "/v1/metrics", Full, [], handlers::metrics::get;
+    /// A signal to a running job's process group, or to every process of it.
+    SignalJob = "POST" "/v1/jobs/{id}/signal", Full, [], handlers::signal::send;
 }
 
 /// What a request's method and path resolve to.
@@ -283,7 +285,8 @@ mod tests {
     /// The JSON body fields a route reads (`None`: it reads no body at all).
     fn body_fields(route: Route) -> Option<&'static [&'static str]> {
         use crate::api::request::{
-            ENV_FIELDS, MKDIR_FIELDS, MOVE_FIELDS, PREVIEW_FIELDS, RESIZE_FIELDS, START_FIELDS,
+            ENV_FIELDS, MKDIR_FIELDS, MOVE_FIELDS, PREVIEW_FIELDS, RESIZE_FIELDS, SIGNAL_FIELDS,
+            START_FIELDS,
         };
         match route {
             Route::StartJob => Some(START_FIELDS),
@@ -291,6 +294,7 @@ mod tests {
             Route::StartPreview => Some(PREVIEW_FIELDS),
             Route::CancelJob => Some(&[]),
             Route::JobResize => Some(RESIZE_FIELDS),
+            Route::SignalJob => Some(SIGNAL_FIELDS),
             Route::JobStdin | Route::JobPty => None,
             Route::PtyTicket | Route::LogTicket | Route::EventsTicket => Some(&[]),
             Route::MakeDir => Some(MKDIR_FIELDS),

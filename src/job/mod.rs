@@ -6,4 +6,5 @@ pub mod handshake;
 pub mod launch;
 pub mod secrets;
 pub mod settle;
+pub mod signal;
 pub mod supervisor;

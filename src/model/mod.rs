@@ -6,6 +6,7 @@ pub mod hash;
 pub mod id;
 pub mod limits;
 pub mod record;
+pub mod resources;
 pub mod secret;
 pub mod spec;
 

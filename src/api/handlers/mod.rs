@@ -15,6 +15,7 @@ pub mod ports;
 pub mod previews;
 pub mod pty;
 pub mod sandbox;
+pub mod signal;
 
 use serde_json::Value;
 

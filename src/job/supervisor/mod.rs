@@ -25,10 +25,12 @@ use crate::text::pipeline::Pipeline;
 
 mod control;
 mod finish;
+mod oom;
 mod pending;
 mod run;
 mod sink;
 mod start;
+mod stderr;
 
 use sink::Sink;
 
@@ -173,4 +175,8 @@ struct Supervisor {
     others_pending: Vec<String>,
     /// The final record's file, with its room (none where it could not be made).
     reserved: Option<crate::state::fsutil::Reserved>,
+    /// What tells of OOM kills (see `oom`).
+    oom: oom::Watch,
+    /// The job's stderr apart, for a job started with `separateStderr`.
+    stderr: Option<stderr::Stderr>,
 }
