@@ -31,6 +31,5 @@ pub fn get(app: &App, _: &Call<'_>) -> Reply {
         "isolation": crate::job::launch::isolation(&app.cfg)?,
         "limits": crate::os::cgroup::capabilities(),
         "resources": crate::os::resources::sandbox(app.store.root()),
-    })
-    .into())
+    }))
 }

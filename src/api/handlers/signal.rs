@@ -11,5 +11,5 @@ pub fn send(app: &App, call: &Call<'_>) -> Reply {
     app.store.read_raw(&id)?;
     let body = request::signal_body(call.body)?;
     let (rec, _sent) = crate::job::signal::send(&app.store, &id, body.signal, body.target)?;
-    Ok(app.store.view(&rec).into())
+    Ok(app.store.view(&rec))
 }
