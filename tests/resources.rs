@@ -672,3 +672,79 @@ fn stderr_is_kept_apart_and_redacted_when_asked() {
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(r.text().contains("one stream"), "{}", r.text());
 }
+
+/// This process's folder in the cgroup v1 memory hierarchy, where there is one.
+fn own_v1_memory() -> Option<std::path::PathBuf> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let rel = own.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':');
+        let (_, ctrls, path) = (f.next()?, f.next()?, f.next()?);
+        ctrls
+            .split(',')
+            .any(|c| c == "memory")
+            .then(|| path.to_string())
+    })?;
+    let dir = Path::new("/sys/fs/cgroup/memory").join(rel.trim_start_matches('/'));
+    dir.join("memory.limit_in_bytes").exists().then_some(dir)
+}
+
+#[test]
+fn an_oom_of_the_sandboxs_own_limit_is_not_blamed_on_the_jobs() {
+    if !is_root() {
+        skip_root("not root, so no memory cgroup can be made for the agent");
+        return;
+    }
+    let Some(own) = own_v1_memory() else {
+        skip("no cgroup v1 memory hierarchy here (the v2 case is covered by unit tests)");
+        return;
+    };
+    // The agent itself (exec, and the supervisor it forks) runs in a memory group of
+    // 96 MiB: the sandbox's limit, above every job's group.
+    let sandbox = own.join(format!("gt-sandbox-{}", std::process::id()));
+    std::fs::create_dir(&sandbox).unwrap();
+    std::fs::write(
+        sandbox.join("memory.limit_in_bytes"),
+        (96u64 << 20).to_string(),
+    )
+    .unwrap();
+    let _ = std::fs::write(
+        sandbox.join("memory.memsw.limit_in_bytes"),
+        (96u64 << 20).to_string(),
+    );
+    let sb = Arc::new(Sandbox::new());
+    let in_sandbox = |args: &[&str]| -> Value {
+        let mut c = sb.command("/bin/sh");
+        c.arg("-c")
+            .arg("echo $$ > \"$0/cgroup.procs\" && shift && exec \"$@\"")
+            .arg(&sandbox)
+            .arg("--")
+            .arg(BIN)
+            .args(["exec", "--json"])
+            .args(args);
+        let out = sb.run_cmd(c);
+        let v = out.json();
+        if let Some(id) = v["id"].as_str() {
+            sb.remember(id);
+        }
+        v
+    };
+    let hog = "python3 -c 'b = bytearray(300 << 20)'";
+    for args in [&["--", hog][..], &["--memory", "512M", "--", hog][..]] {
+        let v = in_sandbox(args);
+        assert_eq!(v["oomKilled"], true, "{v:#}");
+        let reason = text(&v, "reason");
+        assert!(reason.contains("python3 (pid "), "{reason}");
+        assert!(
+            reason.contains("the sandbox reached its memory limit")
+                && reason.contains("gt-sandbox-")
+                && !reason.contains("the job reached"),
+            "{reason}"
+        );
+    }
+    sb.assert_no_leftovers();
+    // The agent's jobs folder in that group, then the group (empty once exec is gone).
+    eventually(PROMPT, "the test's memory group to be removable", || {
+        let _ = std::fs::remove_dir(sandbox.join("gitterm"));
+        std::fs::remove_dir(&sandbox).ok()
+    });
+}
