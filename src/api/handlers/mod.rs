@@ -18,6 +18,7 @@ pub mod previews;
 pub mod pty;
 pub mod sandbox;
 pub mod sessions;
+pub mod signal;
 
 use std::io::Read;
 
