@@ -253,6 +253,9 @@ impl App {
             }
             Some(Err(f)) => Err(f),
             None if route == Route::WriteFile => super::handlers::files::write(self, &call, stream),
+            None if route == Route::PutArchive => {
+                super::handlers::archive::put(self, &call, stream)
+            }
             None if route == Route::JobStdin => {
                 super::handlers::interactive::stdin_stream(self, &call, stream)
             }
@@ -435,6 +438,7 @@ fn raw(app: &App, route: Route, call: &Call<'_>) -> Option<std::result::Result<R
         }
         // A WebSocket: the answer is a 101 that hands the connection over.
         Route::JobPty => Some(super::handlers::pty::switch(app, call)),
+        Route::GetArchive => Some(super::handlers::archive::get(app, call)),
         _ => None,
     }
 }
@@ -490,6 +494,11 @@ impl Handler for App {
     fn streamed_body(&self, head: &Head) -> Option<u64> {
         if head.method == Route::WriteFile.method() && head.path == Route::WriteFile.template() {
             return Some(self.max_file_bytes);
+        }
+        // An archive's body is bounded by what it unpacks to (--max-file-bytes, counted
+        // after decompression), not by its own size.
+        if head.method == Route::PutArchive.method() && head.path == Route::PutArchive.template() {
+            return Some(u64::MAX);
         }
         // A job's input goes to it as it arrives, a chunk at a time: never held whole.
         matches!(
@@ -626,7 +635,9 @@ mod tests {
             | Route::ReadFile
             | Route::WriteFile
             | Route::MakeDir
-            | Route::DeleteFile => (400, "path is missing"),
+            | Route::DeleteFile
+            | Route::GetArchive
+            | Route::PutArchive => (400, "path is missing"),
             Route::MoveFile => (400, "from"),
             Route::Events => (200, "\"events\":[]"),
             Route::Metrics => (200, "gitterm_jobs_started_total 0"),

@@ -131,6 +131,10 @@ routes! {
     EventsTicket = "POST" "/v1/events/tickets", Full, [], handlers::events::ticket;
     /// Counters and gauges in the Prometheus text format.
     Metrics = "GET" "/v1/metrics", Full, [], handlers::metrics::get;
+    /// A folder as one tar or tar.gz archive, streamed.
+    GetArchive = "GET" "/v1/files/archive", Full, ["path", "format"], handlers::archive::raw;
+    /// Unpack a streamed tar or tar.gz archive into a folder, all or nothing.
+    PutArchive = "PUT" "/v1/files/archive", Full, ["path", "format"], handlers::archive::raw;
 }
 
 /// What a request's method and path resolve to.
@@ -300,6 +304,7 @@ mod tests {
             | Route::ReadFile
             | Route::WriteFile
             | Route::DeleteFile => None,
+            Route::GetArchive | Route::PutArchive => None,
             Route::Health
             | Route::ListJobs
             | Route::GetJob

@@ -2,6 +2,7 @@
 //! already authenticated, routed and scope-checked (see [`super::app`]), in; JSON (or a
 //! response of its own, for a body that is not JSON) or a [`Failure`] out.
 
+pub mod archive;
 pub mod env;
 pub mod events;
 pub mod files;

@@ -13,6 +13,7 @@ use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag, openat, readlinkat};
 use nix::sys::stat::{FileStat, Mode, fstat, fstatat};
 
+pub mod archive;
 mod creds;
 mod guard;
 mod sys;
