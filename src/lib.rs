@@ -8,6 +8,7 @@
 //! 5. [`job`]: one job's life: launch, the supervisor, cancel, settling lost jobs
 //! 6. [`http`]: HTTP/1.1 over TCP and Unix sockets, for every server of the agent
 //! 7. front ends, which never import each other: [`cli`] and [`api`]
+//! 8. [`serve`]: `gitterm-agent serve`, which starts the servers of one process
 
 #![deny(unsafe_code)]
 
@@ -19,6 +20,7 @@ pub mod job;
 mod layering;
 pub mod model;
 pub mod os;
+pub mod serve;
 pub mod state;
 pub mod text;
 

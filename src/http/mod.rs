@@ -15,6 +15,7 @@
 //! - `encode.rs`: writing responses, and bodies streamed from their source ([`Streamed`]);
 //! - `net.rs`: the TCP and Unix sockets under all of it.
 
+pub mod auth;
 mod body;
 mod conn;
 mod encode;

@@ -64,7 +64,7 @@ fn folder(g: &fs::Guard, path: &str) -> Result<fs::Place> {
 /// (chunked) as it is made. Every entry is first looked at as the job user, so that one it
 /// cannot read is refused (403, naming it) before the answer starts; an error after that
 /// cuts the stream before its end, which a client sees as an incomplete body.
-pub fn get(app: &App, call: &Call<'_>) -> std::result::Result<Response, Failure> {
+pub fn get(app: &App, call: &Call<'_>) -> Answer {
     let format = format(call)?;
     let path = run(app, |g, home| {
         let path = full_path(call.query.get("path"), "path", home)?;
@@ -167,7 +167,7 @@ pub fn put(app: &App, call: &Call<'_>, body: &mut (dyn Read + Send)) -> Reply {
             }),
         }
     });
-    done.map(Answer::Json).map_err(|e| {
+    done.map_err(|e| {
         // A refused archive's rest is read (a little of it) so that the client, still
         // sending, gets the answer instead of a reset connection; beyond that the
         // connection closes after the answer.
@@ -194,8 +194,8 @@ fn drain(body: &mut (dyn Read + Send), max: u64) -> bool {
     }
 }
 
-/// The table's entry for both archive routes, which [`App`] answers itself: a streamed
-/// answer ([`get`]) and a streamed body ([`put`]).
-pub fn raw(_: &App, _: &Call<'_>) -> Reply {
-    Err(Error::Internal("the archive routes are answered by get and put".into()).into())
+/// An archive's body is bounded by what it unpacks to (`--max-file-bytes`, counted after
+/// decompression, and the entry count), not by its own size.
+pub fn max_body(_: &App) -> u64 {
+    u64::MAX
 }

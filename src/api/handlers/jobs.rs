@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::{Call, Reply};
 use crate::api::app::App;
 use crate::api::request::{self, Place, Wait};
-use crate::api::watch::{Kind, RECHECK};
+use crate::api::waits::{Kind, RECHECK};
 use crate::job::launch;
 use crate::model::error::{Error, Result};
 use crate::model::{JobId, JobRecord, Status};
@@ -48,7 +48,7 @@ pub fn start(app: &App, call: &Call<'_>) -> Reply {
         (Wait::Seconds(s), Some(ev)) => wait_end_events(app, &rec.id.clone(), ev, s)?,
         (Wait::Seconds(s), None) => wait_end(app, &rec.id.clone(), s)?,
     };
-    Ok(app.store.view(&rec).into())
+    Ok(app.store.view(&rec))
 }
 
 /// A page of the job records: at most `limit` (default [`request::DEFAULT_LIST_LIMIT`]) and
@@ -108,7 +108,7 @@ pub fn list(app: &App, call: &Call<'_>) -> Reply {
                 _ => continue,
             },
         };
-        let n = crate::api::app::json_len(&entry);
+        let n = crate::api::answer::json_len(&entry);
         if !jobs.is_empty() && bytes + n > request::LIST_PAGE_BYTES {
             next = last.as_ref().map(Place::cursor);
             break;
@@ -117,7 +117,7 @@ pub fn list(app: &App, call: &Call<'_>) -> Reply {
         jobs.push(entry);
         last = Some(place);
     }
-    Ok(json!({ "jobs": jobs, "next": next, "eventsCursor": events_cursor }).into())
+    Ok(json!({ "jobs": jobs, "next": next, "eventsCursor": events_cursor }))
 }
 
 /// Calls `f` with every job folder's id and its record as
@@ -141,11 +141,11 @@ pub fn get(app: &App, call: &Call<'_>) -> Reply {
         .unwrap_or(0.0);
     let rec = crate::job::settle::settle_and_load(&app.store, &id)?;
     if wait <= 0.0 || rec.status.is_final() {
-        return Ok(app.store.view(&rec).into());
+        return Ok(app.store.view(&rec));
     }
     let _slot = app.wait_slot("read the job without waitSeconds")?;
     let rec = wait_end(app, &id, wait)?;
-    Ok(app.store.view(&rec).into())
+    Ok(app.store.view(&rec))
 }
 
 pub fn cancel(app: &App, call: &Call<'_>) -> Reply {
@@ -154,7 +154,7 @@ pub fn cancel(app: &App, call: &Call<'_>) -> Reply {
     // The grace period, plus a margin for the supervisor to write the final record.
     let wait = Duration::from_secs_f64(app.cfg.grace_seconds + 5.0);
     let rec = launch::cancel(&app.store, &id, wait)?;
-    Ok(app.store.view(&rec).into())
+    Ok(app.store.view(&rec))
 }
 
 /// [`wait_end`] for a job this request started, over the supervisor's own change channel:

@@ -11,9 +11,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{Answer, Call, Reply};
-use crate::api::app::{App, WaitSlot, error_response};
+use crate::api::answer::error_response;
+use crate::api::app::{App, WaitSlot};
 use crate::api::request::{Wanted, byte_range};
-use crate::api::watch::{Hub, Kind, RECHECK, Watch};
+use crate::api::waits::{Hub, Kind, RECHECK, Watch};
 use crate::http::{BodyOut, Response, Source, Streamed};
 use crate::model::JobId;
 use crate::model::error::{Error, Result};
@@ -30,13 +31,12 @@ pub fn ticket(app: &App, call: &Call<'_>) -> Reply {
     // An unknown job is 404 now, not when the ticket is used.
     crate::job::settle::settle_and_load(&app.store, &id)?;
     let (ticket, expires) = app.issue_ticket(format!("/v1/jobs/{id}/log"), call.scoped)?;
-    Ok(
-        serde_json::json!({"ticket": ticket, "expiresAt": crate::text::timefmt::rfc3339(expires)})
-            .into(),
-    )
+    Ok(serde_json::json!({"ticket": ticket, "expiresAt": crate::text::timefmt::rfc3339(expires)}))
 }
 
-pub fn get(app: &App, call: &Call<'_>) -> Reply {
+/// `GET /v1/jobs/{id}/log`: the whole stored output, one byte range of it, or the log
+/// followed as it grows.
+pub fn get(app: &App, call: &Call<'_>) -> Answer {
     let id = call.job()?;
     let follow = call.query.flag("follow")?.unwrap_or(false);
     let ranges: Vec<&str> = call.head.all("range").collect();
@@ -93,7 +93,7 @@ pub fn get(app: &App, call: &Call<'_>) -> Reply {
             resp.headers.push(ranges_ok);
             resp.headers
                 .push(("Content-Range", format!("bytes */{len}")));
-            Answer::Response(resp)
+            resp
         }
         (Wanted::Part { start, end }, Some(file)) => text(
             206,
@@ -131,13 +131,13 @@ fn open(path: &Path, id: &JobId) -> Result<Option<File>> {
 }
 
 /// A plain-text answer with `body` streamed (or empty).
-fn text(status: u16, mut headers: Vec<(&'static str, String)>, body: Option<Streamed>) -> Answer {
+fn text(status: u16, mut headers: Vec<(&'static str, String)>, body: Option<Streamed>) -> Response {
     headers.insert(0, ("Content-Type", TEXT.into()));
     headers.push(("Cache-Control", "no-store".into()));
     headers.push(("X-Content-Type-Options", "nosniff".into()));
     let mut resp = Response::new(status, headers, Vec::new());
     resp.stream = body;
-    Answer::Response(resp)
+    resp
 }
 
 /// A followed log: what output.log holds, then each new piece as it is stored, until the

@@ -5,17 +5,11 @@
 
 use std::fmt::Write;
 
-use super::{Call, Failure, Reply};
+use super::{Answer, Call};
 use crate::api::app::App;
-use crate::api::feed::BUCKETS;
+use crate::api::journal::BUCKETS;
 use crate::http::Response;
 use crate::model::Status;
-use crate::model::error::Error;
-
-/// The route table's handler: the answer is text, made by [`text`].
-pub fn get(_app: &App, _call: &Call<'_>) -> Reply {
-    Err(Error::Internal("the metrics are answered as text".into()).into())
-}
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -43,8 +37,8 @@ fn process() -> (u64, u64) {
     (rss, fds)
 }
 
-/// The scrape's text.
-pub fn text(app: &App) -> std::result::Result<Response, Failure> {
+/// `GET /v1/metrics`: the scrape's text.
+pub fn get(app: &App, _: &Call<'_>) -> Answer {
     app.feed.follow();
     let (jobs, http) = app.feed.snapshot();
     let running = std::fs::read_dir(app.store.running_dir()).map_or(0, |d| d.count());

@@ -8,7 +8,7 @@ use serde_json::json;
 use super::{Call, Reply};
 use crate::api::app::App;
 use crate::api::request;
-use crate::api::watch::Kind;
+use crate::api::waits::Kind;
 use crate::state::layout::MAX_PAGE;
 
 pub fn page(app: &App, call: &Call<'_>) -> Reply {
@@ -58,6 +58,6 @@ pub fn page(app: &App, call: &Call<'_>) -> Reply {
             };
             answer["pending"] = pending.into();
         }
-        return Ok(answer.into());
+        return Ok(answer);
     }
 }

@@ -29,6 +29,5 @@ pub fn get(app: &App, _: &Call<'_>) -> Reply {
         "envNames": app.env().names()?,
         "jobs": jobs,
         "isolation": crate::job::launch::isolation(&app.cfg)?,
-    })
-    .into())
+    }))
 }
