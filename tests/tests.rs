@@ -53,3 +53,5 @@ mod refusals;
 mod robust;
 /// Tickets and CORS, as pages of this and other origins and scoped callers use them.
 mod tickets;
+/// `/v1/files/watches`: changes by cursor, kept while nobody reads, never a silent gap.
+mod watches;

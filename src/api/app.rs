@@ -38,6 +38,8 @@ pub struct App {
     pub(super) max_file_bytes: u64,
     /// The largest request body (`--max-body`), for a body this handler streams itself.
     pub(super) max_body: u64,
+    /// The file watches and their journals.
+    pub(super) watches: Arc<crate::state::watches::Watches>,
 }
 
 /// A request's place among those that wait; given back on drop. It owns its share of the
@@ -60,6 +62,7 @@ impl App {
         hub: Arc<Hub>,
     ) -> App {
         let feed = super::journal::Feed::start(store.root());
+        let store_root = &store.root().to_path_buf();
         App {
             feed,
             store,
@@ -73,6 +76,7 @@ impl App {
             allowed_origins: Origins::default(),
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             max_body: crate::http::Limits::default().max_body,
+            watches: crate::state::watches::Watches::open(store_root),
         }
     }
 

@@ -429,7 +429,10 @@ mod tests {
             | Route::MakeDir
             | Route::DeleteFile
             | Route::GetArchive
-            | Route::PutArchive => (400, "path is missing"),
+            | Route::PutArchive
+            | Route::CreateWatch => (400, "path is missing"),
+            Route::ListWatches => (200, "\"watches\":[]"),
+            Route::DeleteWatch | Route::WatchEvents => (404, "no such file watch"),
             Route::MoveFile => (400, "from"),
             Route::Events => (200, "\"events\":[]"),
             Route::Metrics => (200, "gitterm_jobs_started_total 0"),

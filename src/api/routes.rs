@@ -137,6 +137,15 @@ routes! {
     /// Unpack a streamed tar or tar.gz archive into a folder, all or nothing.
     PutArchive = "PUT" "/v1/files/archive", Full, ["path", "format"],
         Upload(handlers::archive::put, handlers::archive::max_body);
+    /// Start watching a folder (as the job user); its changes are kept in a journal.
+    CreateWatch = "POST" "/v1/files/watches", Full, [], Json(handlers::watches::create);
+    /// The file watches.
+    ListWatches = "GET" "/v1/files/watches", Full, [], Json(handlers::watches::list);
+    /// Stop a file watch and forget its journal.
+    DeleteWatch = "DELETE" "/v1/files/watches/{id}", Full, [], Json(handlers::watches::delete);
+    /// A watch's changes after a cursor; long-polls, or streams them as Server-Sent Events.
+    WatchEvents = "GET" "/v1/files/watches/{id}/events", Full, ["after", "waitSeconds", "limit"],
+        Stream(handlers::watches::events);
 }
 
 /// What a request's method and path resolve to.
@@ -307,6 +316,8 @@ mod tests {
             | Route::WriteFile
             | Route::DeleteFile => None,
             Route::GetArchive | Route::PutArchive => None,
+            Route::CreateWatch => Some(crate::api::request::WATCH_FIELDS),
+            Route::ListWatches | Route::DeleteWatch | Route::WatchEvents => None,
             Route::Health
             | Route::ListJobs
             | Route::GetJob
@@ -327,6 +338,7 @@ mod tests {
             Route::StartJob | Route::StartPreview => &["Idempotency-Key"],
             Route::JobLog => &["Range", "If-Range"],
             Route::Events => &["Accept", "Last-Event-ID"],
+            Route::WatchEvents => &["Accept", "Last-Event-ID"],
             Route::ReadFile => &["Range", "If-None-Match"],
             Route::WriteFile => &["If-Match"],
             _ => &[],

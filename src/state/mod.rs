@@ -9,3 +9,4 @@ pub mod layout;
 pub mod livesecrets;
 pub mod sandbox;
 pub mod store;
+pub mod watches;

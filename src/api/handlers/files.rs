@@ -33,12 +33,12 @@ pub fn sweep_at_start(cfg: &crate::model::spec::Config) -> usize {
 }
 
 /// Who the operations run as: the job user's ids and home.
-pub(super) struct Who {
-    pub(super) creds: Option<(u32, u32, Vec<u32>)>,
-    pub(super) home: String,
+pub(in crate::api) struct Who {
+    pub(in crate::api) creds: Option<(u32, u32, Vec<u32>)>,
+    pub(in crate::api) home: String,
 }
 
-pub(super) fn who(app: &App) -> Result<Who> {
+pub(in crate::api) fn who(app: &App) -> Result<Who> {
     match app.cfg.job_user.as_deref() {
         Some(name) => {
             let u = crate::os::users::lookup(name)?;

@@ -17,6 +17,7 @@ pub mod ports;
 pub mod previews;
 pub mod pty;
 pub mod sandbox;
+pub mod watches;
 
 use std::io::Read;
 

@@ -19,6 +19,7 @@ mod guard;
 mod sys;
 mod tree;
 mod upload;
+pub mod watch;
 
 pub use creds::as_user;
 pub use guard::{FinalLink, Forbidden, Guard, Id, Intent, Place, is_forbidden, resolve};
