@@ -44,7 +44,8 @@ fn openapi_lists_exactly_the_served_routes() {
             assert!(
                 r.text().contains("no job")
                     || r.text().contains("no preview grant")
-                    || r.text().contains("no session"),
+                    || r.text().contains("no session")
+                    || r.text().contains("no such file watch"),
                 "{m} {p} is not routed: {}",
                 r.text()
             );

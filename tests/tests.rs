@@ -11,6 +11,8 @@ mod util;
 mod api;
 /// Floods: silent and trickling connections, long-polls by the hundred, readers that never read.
 mod api_flood;
+/// `GET`/`PUT /v1/files/archive`: folders as one tar stream, and hostile archives refused whole.
+mod archives;
 /// The command line's bad input, its status table and corrupt records.
 mod cli;
 /// The command line's help, suggestions, exit statuses and status tails.
@@ -57,3 +59,5 @@ mod robust;
 mod sessions;
 /// Tickets and CORS, as pages of this and other origins and scoped callers use them.
 mod tickets;
+/// `/v1/files/watches`: changes by cursor, kept while nobody reads, never a silent gap.
+mod watches;

@@ -430,7 +430,12 @@ mod tests {
             | Route::ReadFile
             | Route::WriteFile
             | Route::MakeDir
-            | Route::DeleteFile => (400, "path is missing"),
+            | Route::DeleteFile
+            | Route::GetArchive
+            | Route::PutArchive
+            | Route::CreateWatch => (400, "path is missing"),
+            Route::ListWatches => (200, "\"watches\":[]"),
+            Route::DeleteWatch | Route::WatchEvents => (404, "no such file watch"),
             Route::MoveFile => (400, "from"),
             Route::Events => (200, "\"events\":[]"),
             Route::Metrics => (200, "gitterm_jobs_started_total 0"),

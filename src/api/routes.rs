@@ -152,6 +152,20 @@ routes! {
     StartSessionJob = "POST" "/v1/sessions/{id}/jobs", Scoped, [], Json(handlers::sessions::start);
     /// A signal to a running job's process group, or to every process of it.
     SignalJob = "POST" "/v1/jobs/{id}/signal", Full, [], Json(handlers::signal::send);
+    /// A folder as one tar or tar.gz archive, streamed.
+    GetArchive = "GET" "/v1/files/archive", Full, ["path", "format"], Stream(handlers::archive::get);
+    /// Unpack a streamed tar or tar.gz archive into a folder, all or nothing.
+    PutArchive = "PUT" "/v1/files/archive", Full, ["path", "format"],
+        Upload(handlers::archive::put, handlers::archive::max_body);
+    /// Start watching a folder (as the job user); its changes are kept in a journal.
+    CreateWatch = "POST" "/v1/files/watches", Full, [], Json(handlers::watches::create);
+    /// The file watches.
+    ListWatches = "GET" "/v1/files/watches", Full, [], Json(handlers::watches::list);
+    /// Stop a file watch and forget its journal.
+    DeleteWatch = "DELETE" "/v1/files/watches/{id}", Full, [], Json(handlers::watches::delete);
+    /// A watch's changes after a cursor; long-polls, or streams them as Server-Sent Events.
+    WatchEvents = "GET" "/v1/files/watches/{id}/events", Full, ["after", "waitSeconds", "limit"],
+        Stream(handlers::watches::events);
 }
 
 /// What a request's method and path resolve to.
@@ -337,6 +351,9 @@ mod tests {
             | Route::ReadFile
             | Route::WriteFile
             | Route::DeleteFile => None,
+            Route::GetArchive | Route::PutArchive => None,
+            Route::CreateWatch => Some(crate::api::request::WATCH_FIELDS),
+            Route::ListWatches | Route::DeleteWatch | Route::WatchEvents => None,
             Route::Health
             | Route::ListJobs
             | Route::GetJob
@@ -358,6 +375,7 @@ mod tests {
             Route::StartJob | Route::StartPreview | Route::StartSessionJob => &["Idempotency-Key"],
             Route::JobLog => &["Range", "If-Range"],
             Route::Events => &["Accept", "Last-Event-ID"],
+            Route::WatchEvents => &["Accept", "Last-Event-ID"],
             Route::ReadFile => &["Range", "If-None-Match"],
             Route::WriteFile => &["If-Match"],
             _ => &[],

@@ -11,3 +11,4 @@ pub mod livesecrets;
 pub mod sandbox;
 pub mod sessions;
 pub mod store;
+pub mod watches;
