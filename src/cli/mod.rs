@@ -16,6 +16,7 @@ mod logs;
 mod previews;
 mod print;
 mod prune;
+mod session;
 mod status;
 
 use clap::Subcommand;
@@ -48,6 +49,8 @@ pub fn after_help() -> String {
 /// every command's arguments and help up front cost `exec` some 100 us of its start.
 #[derive(Subcommand)]
 #[command(defer = true)]
+// Parsed once per run: boxing exec's flags would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Cmd {
     /// Run a shell command as a job; stream its output and exit with its status
     #[command(after_help = exec::after_help())]
@@ -73,6 +76,9 @@ pub enum Cmd {
     /// List preview grants; `previews revoke ID` takes one away
     #[command(after_help = ENVIRONMENT)]
     Previews(previews::Args),
+    /// Make, list or remove sessions: a folder and variables that carry between commands
+    #[command(after_help = ENVIRONMENT)]
+    Session(session::Args),
 }
 
 /// Runs one local command; `Err` is reported by the caller.
@@ -94,6 +100,7 @@ pub fn main(cmd: Cmd) -> Result<i32> {
         Cmd::Prune(a) => prune::run(a),
         Cmd::Events(a) => events::run(a),
         Cmd::Previews(a) => previews::run(a),
+        Cmd::Session(a) => session::run(a),
     }
 }
 

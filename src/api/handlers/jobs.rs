@@ -104,7 +104,10 @@ pub fn list(app: &App, call: &Call<'_>) -> Reply {
             // Read again: only the page's records are ever held whole. One that is gone or
             // changed meanwhile is left out.
             (Place::Job(_, id), _) => match crate::job::settle::load_listed(&app.store, id) {
-                Ok(r) if wanted(&r) => serde_json::to_value(&r).unwrap_or_default(),
+                Ok(mut r) if wanted(&r) => {
+                    crate::state::store::live_usage(&mut r);
+                    serde_json::to_value(&r).unwrap_or_default()
+                }
                 _ => continue,
             },
         };
@@ -160,7 +163,7 @@ pub fn cancel(app: &App, call: &Call<'_>) -> Reply {
 /// [`wait_end`] for a job this request started, over the supervisor's own change channel:
 /// it tells of the end at once, with no folder watch to set up and tear down, and what it
 /// says of stored output is read past without a look at the record.
-fn wait_end_events(
+pub(super) fn wait_end_events(
     app: &App,
     id: &JobId,
     mut ev: launch::JobEvents,
@@ -190,7 +193,7 @@ fn wait_end_events(
 }
 
 /// The latest record, after waiting up to `seconds` for the job to end.
-fn wait_end(app: &App, id: &JobId, seconds: f64) -> Result<JobRecord> {
+pub(super) fn wait_end(app: &App, id: &JobId, seconds: f64) -> Result<JobRecord> {
     if seconds <= 0.0 {
         return crate::job::settle::settle_and_load(&app.store, id);
     }
