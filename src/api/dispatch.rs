@@ -373,7 +373,9 @@ mod tests {
         let store = Store::open(root).unwrap();
         let tokens = Tokens::new(FULL.into(), Some(SCOPED.into())).unwrap();
         let sandbox = crate::state::sandbox::record_start_with(root, "boot-a").unwrap();
-        let app = App::new(store, Config::default(), tokens, sandbox, Hub::start());
+        let grants = crate::state::grants::Grants::open_with(root, "boot-a").unwrap();
+        let app =
+            App::new(store, Config::default(), tokens, sandbox, Hub::start()).with_grants(grants);
         (d, app)
     }
 
@@ -416,7 +418,8 @@ mod tests {
             | Route::JobResize
             | Route::JobPty
             | Route::PtyTicket
-            | Route::LogTicket => (404, "no job"),
+            | Route::LogTicket
+            | Route::SignalJob => (404, "no job"),
             Route::EventsTicket => (200, "\"ticket\":"),
             Route::GetEnv | Route::SetEnv => (200, "\"names\":[]"),
             Route::Sandbox => (200, "\"bootId\":\"boot-a\""),
@@ -427,10 +430,18 @@ mod tests {
             | Route::ReadFile
             | Route::WriteFile
             | Route::MakeDir
-            | Route::DeleteFile => (400, "path is missing"),
+            | Route::DeleteFile
+            | Route::GetArchive
+            | Route::PutArchive
+            | Route::CreateWatch => (400, "path is missing"),
+            Route::ListWatches => (200, "\"watches\":[]"),
+            Route::DeleteWatch | Route::WatchEvents => (404, "no such file watch"),
             Route::MoveFile => (400, "from"),
             Route::Events => (200, "\"events\":[]"),
             Route::Metrics => (200, "gitterm_jobs_started_total 0"),
+            Route::MintGrant => (400, "port is missing"),
+            Route::ListGrants => (200, "\"grants\":[]"),
+            Route::GrantToken | Route::RevokeGrant => (404, "no preview grant"),
             Route::CreateSession => (200, "\"id\":\"ses_"),
             Route::ListSessions => (200, "\"sessions\":["),
             Route::GetSession | Route::DeleteSession | Route::StartSessionJob => {

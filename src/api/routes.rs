@@ -84,10 +84,10 @@ routes! {
     /// One record plus its output tail; long-polls for the end on request.
     GetJob = "GET" "/v1/jobs/{id}", Scoped, ["waitSeconds"], Json(handlers::jobs::get);
     /// A page of a job's output.
-    JobOutput = "GET" "/v1/jobs/{id}/output", Scoped, ["offset", "limit", "waitSeconds"],
+    JobOutput = "GET" "/v1/jobs/{id}/output", Scoped, ["offset", "limit", "waitSeconds", "stream"],
         Json(handlers::output::page);
     /// The whole stored output as plain text, streamed; one byte range; or followed.
-    JobLog = "GET" "/v1/jobs/{id}/log", Scoped, ["follow", "ticket"], Stream(handlers::log::get);
+    JobLog = "GET" "/v1/jobs/{id}/log", Scoped, ["follow", "ticket", "stream"], Stream(handlers::log::get);
     /// A single-use ticket that opens this job's followed log without the bearer header.
     LogTicket = "POST" "/v1/jobs/{id}/log/tickets", Scoped, [], Json(handlers::log::ticket);
     /// TERM, then KILL, to the whole job.
@@ -132,6 +132,14 @@ routes! {
     EventsTicket = "POST" "/v1/events/tickets", Full, [], Json(handlers::events::ticket);
     /// Counters and gauges in the Prometheus text format.
     Metrics = "GET" "/v1/metrics", Full, [], Text(handlers::metrics::get);
+    /// Mint a preview grant (or get the live one for the same port and identity) and a token.
+    MintGrant = "POST" "/v1/previews/grants", Scoped, [], Json(handlers::grants::mint);
+    /// Every preview grant, with its open connections.
+    ListGrants = "GET" "/v1/previews/grants", Scoped, [], Json(handlers::grants::list);
+    /// Another one-shot token for a live grant.
+    GrantToken = "POST" "/v1/previews/grants/{id}/tokens", Scoped, [], Json(handlers::grants::token);
+    /// Revoke a grant: its requests get 401 and its open connections close.
+    RevokeGrant = "POST" "/v1/previews/grants/{id}/revoke", Full, [], Json(handlers::grants::revoke);
     /// Make a session: a folder and variables that carry from one command to the next.
     CreateSession = "POST" "/v1/sessions", Scoped, [], Json(handlers::sessions::create);
     /// Every session, names of its variables only.
@@ -142,6 +150,22 @@ routes! {
     DeleteSession = "DELETE" "/v1/sessions/{id}", Full, [], Json(handlers::sessions::delete);
     /// Start the session's next command (one at a time), answered as a job start.
     StartSessionJob = "POST" "/v1/sessions/{id}/jobs", Scoped, [], Json(handlers::sessions::start);
+    /// A signal to a running job's process group, or to every process of it.
+    SignalJob = "POST" "/v1/jobs/{id}/signal", Full, [], Json(handlers::signal::send);
+    /// A folder as one tar or tar.gz archive, streamed.
+    GetArchive = "GET" "/v1/files/archive", Full, ["path", "format"], Stream(handlers::archive::get);
+    /// Unpack a streamed tar or tar.gz archive into a folder, all or nothing.
+    PutArchive = "PUT" "/v1/files/archive", Full, ["path", "format"],
+        Upload(handlers::archive::put, handlers::archive::max_body);
+    /// Start watching a folder (as the job user); its changes are kept in a journal.
+    CreateWatch = "POST" "/v1/files/watches", Full, [], Json(handlers::watches::create);
+    /// The file watches.
+    ListWatches = "GET" "/v1/files/watches", Full, [], Json(handlers::watches::list);
+    /// Stop a file watch and forget its journal.
+    DeleteWatch = "DELETE" "/v1/files/watches/{id}", Full, [], Json(handlers::watches::delete);
+    /// A watch's changes after a cursor; long-polls, or streams them as Server-Sent Events.
+    WatchEvents = "GET" "/v1/files/watches/{id}/events", Full, ["after", "waitSeconds", "limit"],
+        Stream(handlers::watches::events);
 }
 
 /// What a request's method and path resolve to.
@@ -287,6 +311,9 @@ mod tests {
                 ("GET", "/v1/env"),
                 ("POST", "/v1/env"),
                 ("GET", "/v1/sandbox"),
+                ("POST", "/v1/previews/grants"),
+                ("GET", "/v1/previews/grants"),
+                ("POST", "/v1/previews/grants/{id}/tokens"),
                 ("POST", "/v1/sessions"),
                 ("GET", "/v1/sessions"),
                 ("GET", "/v1/sessions/{id}"),
@@ -298,15 +325,19 @@ mod tests {
     /// The JSON body fields a route reads (`None`: it reads no body at all).
     fn body_fields(route: Route) -> Option<&'static [&'static str]> {
         use crate::api::request::{
-            ENV_FIELDS, MKDIR_FIELDS, MOVE_FIELDS, PREVIEW_FIELDS, RESIZE_FIELDS, START_FIELDS,
+            ENV_FIELDS, MKDIR_FIELDS, MOVE_FIELDS, PREVIEW_FIELDS, RESIZE_FIELDS, SIGNAL_FIELDS,
+            START_FIELDS,
         };
         use crate::api::request::{SESSION_FIELDS, session_job_fields};
         match route {
             Route::StartJob => Some(START_FIELDS),
             Route::SetEnv => Some(ENV_FIELDS),
             Route::StartPreview => Some(PREVIEW_FIELDS),
+            Route::MintGrant => Some(crate::api::request::GRANT_FIELDS),
+            Route::GrantToken | Route::RevokeGrant => Some(&[]),
             Route::CancelJob => Some(&[]),
             Route::JobResize => Some(RESIZE_FIELDS),
+            Route::SignalJob => Some(SIGNAL_FIELDS),
             Route::JobStdin | Route::JobPty => None,
             Route::PtyTicket | Route::LogTicket | Route::EventsTicket => Some(&[]),
             Route::MakeDir => Some(MKDIR_FIELDS),
@@ -320,6 +351,9 @@ mod tests {
             | Route::ReadFile
             | Route::WriteFile
             | Route::DeleteFile => None,
+            Route::GetArchive | Route::PutArchive => None,
+            Route::CreateWatch => Some(crate::api::request::WATCH_FIELDS),
+            Route::ListWatches | Route::DeleteWatch | Route::WatchEvents => None,
             Route::Health
             | Route::ListJobs
             | Route::GetJob
@@ -329,7 +363,8 @@ mod tests {
             | Route::Sandbox
             | Route::ListPorts
             | Route::Events
-            | Route::Metrics => None,
+            | Route::Metrics
+            | Route::ListGrants => None,
         }
     }
 
@@ -340,6 +375,7 @@ mod tests {
             Route::StartJob | Route::StartPreview | Route::StartSessionJob => &["Idempotency-Key"],
             Route::JobLog => &["Range", "If-Range"],
             Route::Events => &["Accept", "Last-Event-ID"],
+            Route::WatchEvents => &["Accept", "Last-Event-ID"],
             Route::ReadFile => &["Range", "If-None-Match"],
             Route::WriteFile => &["If-Match"],
             _ => &[],

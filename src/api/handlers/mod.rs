@@ -3,9 +3,11 @@
 //! [`super::dispatch`]), in; JSON, or a response of its own (text, a stream, a switch of
 //! protocols), or a [`Failure`] out.
 
+pub mod archive;
 pub mod env;
 pub mod events;
 pub mod files;
+pub mod grants;
 pub mod health;
 pub mod interactive;
 pub mod jobs;
@@ -17,6 +19,8 @@ pub mod previews;
 pub mod pty;
 pub mod sandbox;
 pub mod sessions;
+pub mod signal;
+pub mod watches;
 
 use std::io::Read;
 
