@@ -243,10 +243,7 @@ impl Supervisor {
             &spec, envp, io.stdin, io.stdout, io.stderr, cg_dir, v1_procs, stdio,
         )?;
         drop(session_fds);
-        let mut session = session;
-        if let Some(s) = &mut session {
-            s.reserve(store.root(), id);
-        }
+
         let shell = started.pid;
         // Room for the final record: the first one's size (a long command makes it long)
         // and what the end adds. Without room it may still land: go on. Made while the
