@@ -27,6 +27,8 @@ mod events;
 mod files;
 /// The files API against its attackers: deep trees, racing uploads, mounts and links.
 mod files_attacks;
+/// The preview gate over raw sockets: exchange, cookies, smuggling, streams, upgrades, revoke.
+mod gate;
 /// The harness itself: the leak guard, polling, timestamps, skips.
 mod harness;
 /// Hostile jobs and callers: job users reaching for the agent, stopped supervisors, bombs.

@@ -132,6 +132,14 @@ routes! {
     EventsTicket = "POST" "/v1/events/tickets", Full, [], Json(handlers::events::ticket);
     /// Counters and gauges in the Prometheus text format.
     Metrics = "GET" "/v1/metrics", Full, [], Text(handlers::metrics::get);
+    /// Mint a preview grant (or get the live one for the same port and identity) and a token.
+    MintGrant = "POST" "/v1/previews/grants", Scoped, [], Json(handlers::grants::mint);
+    /// Every preview grant, with its open connections.
+    ListGrants = "GET" "/v1/previews/grants", Scoped, [], Json(handlers::grants::list);
+    /// Another one-shot token for a live grant.
+    GrantToken = "POST" "/v1/previews/grants/{id}/tokens", Scoped, [], Json(handlers::grants::token);
+    /// Revoke a grant: its requests get 401 and its open connections close.
+    RevokeGrant = "POST" "/v1/previews/grants/{id}/revoke", Full, [], Json(handlers::grants::revoke);
     /// A signal to a running job's process group, or to every process of it.
     SignalJob = "POST" "/v1/jobs/{id}/signal", Full, [], Json(handlers::signal::send);
 }
@@ -279,6 +287,9 @@ mod tests {
                 ("GET", "/v1/env"),
                 ("POST", "/v1/env"),
                 ("GET", "/v1/sandbox"),
+                ("POST", "/v1/previews/grants"),
+                ("GET", "/v1/previews/grants"),
+                ("POST", "/v1/previews/grants/{id}/tokens"),
             ]
         );
     }
@@ -293,6 +304,8 @@ mod tests {
             Route::StartJob => Some(START_FIELDS),
             Route::SetEnv => Some(ENV_FIELDS),
             Route::StartPreview => Some(PREVIEW_FIELDS),
+            Route::MintGrant => Some(crate::api::request::GRANT_FIELDS),
+            Route::GrantToken | Route::RevokeGrant => Some(&[]),
             Route::CancelJob => Some(&[]),
             Route::JobResize => Some(RESIZE_FIELDS),
             Route::SignalJob => Some(SIGNAL_FIELDS),
@@ -314,7 +327,8 @@ mod tests {
             | Route::Sandbox
             | Route::ListPorts
             | Route::Events
-            | Route::Metrics => None,
+            | Route::Metrics
+            | Route::ListGrants => None,
         }
     }
 

@@ -13,6 +13,7 @@ mod exec;
 mod exit;
 mod follow;
 mod logs;
+mod previews;
 mod print;
 mod prune;
 mod status;
@@ -71,13 +72,16 @@ pub enum Cmd {
     /// Print the journal of job events (started, ended, lost); --follow waits for more
     #[command(after_help = ENVIRONMENT)]
     Events(events::Args),
+    /// List preview grants; `previews revoke ID` takes one away
+    #[command(after_help = ENVIRONMENT)]
+    Previews(previews::Args),
 }
 
 /// Runs one local command; `Err` is reported by the caller.
 pub fn main(cmd: Cmd) -> Result<i32> {
     if matches!(
         cmd,
-        Cmd::Status(_) | Cmd::Logs(_) | Cmd::Prune(_) | Cmd::Events(_)
+        Cmd::Status(_) | Cmd::Logs(_) | Cmd::Prune(_) | Cmd::Events(_) | Cmd::Previews(_)
     ) {
         // `status | head` should end quietly, as other Unix tools do, not panic in
         // println!. (`exec` keeps SIGPIPE ignored: a closed reader cancels its job.)
@@ -91,6 +95,7 @@ pub fn main(cmd: Cmd) -> Result<i32> {
         Cmd::Cancel(a) => cancel::run(a),
         Cmd::Prune(a) => prune::run(a),
         Cmd::Events(a) => events::run(a),
+        Cmd::Previews(a) => previews::run(a),
     }
 }
 

@@ -5,6 +5,7 @@ pub mod error;
 pub mod hash;
 pub mod id;
 pub mod limits;
+pub mod preview;
 pub mod record;
 pub mod resources;
 pub mod secret;

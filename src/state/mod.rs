@@ -4,6 +4,7 @@
 pub mod envstore;
 pub mod events;
 pub mod fsutil;
+pub mod grants;
 pub mod idempotency;
 pub mod layout;
 pub mod livesecrets;

@@ -6,6 +6,7 @@
 pub mod env;
 pub mod events;
 pub mod files;
+pub mod grants;
 pub mod health;
 pub mod interactive;
 pub mod jobs;

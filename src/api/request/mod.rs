@@ -19,6 +19,7 @@ use crate::model::error::{Error, Result};
 mod cursor;
 mod env;
 mod files;
+mod grants;
 mod jobs;
 mod previews;
 mod range;
@@ -27,6 +28,7 @@ mod unknown;
 pub use cursor::Place;
 pub use env::{ENV_FIELDS, EnvBody, env_body};
 pub use files::{MKDIR_FIELDS, MOVE_FIELDS, MkdirBody, MoveBody, file_mode, mkdir_body, move_body};
+pub use grants::{GRANT_FIELDS, grant_body};
 pub use jobs::{
     DEFAULT_LIST_LIMIT, DEFAULT_WAIT_SECONDS, LIST_PAGE_BYTES, MAX_LIST_LIMIT, RESIZE_FIELDS,
     START_FIELDS, StartBody, Wait, base64_decode, pty_size, resize_body, start_body,
