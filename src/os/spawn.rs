@@ -264,9 +264,11 @@ pub fn start_job(job: JobStart) -> io::Result<Started> {
 fn clone_into_cgroup(cgroup: RawFd, child: &Child) -> Option<i32> {
     // A child that switches to the job's user can be stopped by that user's processes
     // before its exec, and a parent that waits for the exec inside clone could not stop
-    // waiting: such a child is forked, and its exec waited for with a bound.
+    // waiting: such a child is forked, and its exec waited for with a bound. So is one
+    // that joins cgroup v1 groups: its first write to a `cgroup.procs` waits for an RCU
+    // grace period, which a forked child spends while its parent writes the record.
     #[cfg(target_arch = "x86_64")]
-    if child.creds.is_none() {
+    if child.creds.is_none() && child.v1[0] < 0 {
         return clone_vfork_into_cgroup(cgroup, child);
     }
     clone_fork_into_cgroup(cgroup, child)
