@@ -24,6 +24,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("http", 5),
     ("cli", 6),
     ("api", 6),
+    ("gate", 6),
     ("serve", 7),
 ];
 

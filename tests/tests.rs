@@ -29,6 +29,8 @@ mod events;
 mod files;
 /// The files API against its attackers: deep trees, racing uploads, mounts and links.
 mod files_attacks;
+/// The preview gate over raw sockets: exchange, cookies, smuggling, streams, upgrades, revoke.
+mod gate;
 /// The harness itself: the leak guard, polling, timestamps, skips.
 mod harness;
 /// Hostile jobs and callers: job users reaching for the agent, stopped supervisors, bombs.
@@ -51,6 +53,8 @@ mod pty;
 mod refusals;
 /// Jobs and callers that try to wedge or fool the agent: unread input, killed supervisors.
 mod robust;
+/// Sessions: the folder and variables carried between commands, each command a job.
+mod sessions;
 /// Tickets and CORS, as pages of this and other origins and scoped callers use them.
 mod tickets;
 /// `/v1/files/watches`: changes by cursor, kept while nobody reads, never a silent gap.

@@ -38,6 +38,8 @@ pub struct App {
     pub(super) max_file_bytes: u64,
     /// The largest request body (`--max-body`), for a body this handler streams itself.
     pub(super) max_body: u64,
+    /// The preview grants, shared with the gate.
+    pub(super) grants: Option<Arc<crate::state::grants::Grants>>,
     /// The file watches and their journals.
     pub(super) watches: Arc<crate::state::watches::Watches>,
 }
@@ -76,6 +78,7 @@ impl App {
             allowed_origins: Origins::default(),
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             max_body: crate::http::Limits::default().max_body,
+            grants: None,
             watches: crate::state::watches::Watches::open(store_root),
         }
     }
@@ -102,6 +105,12 @@ impl App {
     /// Caps the size of files written through `PUT /v1/files/content`.
     pub fn with_max_file_bytes(mut self, n: u64) -> App {
         self.max_file_bytes = n;
+        self
+    }
+
+    /// The preview grants this server mints, lists and revokes (shared with the gate).
+    pub fn with_grants(mut self, grants: Arc<crate::state::grants::Grants>) -> App {
+        self.grants = Some(grants);
         self
     }
 

@@ -373,7 +373,9 @@ mod tests {
         let store = Store::open(root).unwrap();
         let tokens = Tokens::new(FULL.into(), Some(SCOPED.into())).unwrap();
         let sandbox = crate::state::sandbox::record_start_with(root, "boot-a").unwrap();
-        let app = App::new(store, Config::default(), tokens, sandbox, Hub::start());
+        let grants = crate::state::grants::Grants::open_with(root, "boot-a").unwrap();
+        let app =
+            App::new(store, Config::default(), tokens, sandbox, Hub::start()).with_grants(grants);
         (d, app)
     }
 
@@ -436,6 +438,14 @@ mod tests {
             Route::MoveFile => (400, "from"),
             Route::Events => (200, "\"events\":[]"),
             Route::Metrics => (200, "gitterm_jobs_started_total 0"),
+            Route::MintGrant => (400, "port is missing"),
+            Route::ListGrants => (200, "\"grants\":[]"),
+            Route::GrantToken | Route::RevokeGrant => (404, "no preview grant"),
+            Route::CreateSession => (200, "\"id\":\"ses_"),
+            Route::ListSessions => (200, "\"sessions\":["),
+            Route::GetSession | Route::DeleteSession | Route::StartSessionJob => {
+                (404, "no session")
+            }
         }
     }
 

@@ -132,6 +132,24 @@ routes! {
     EventsTicket = "POST" "/v1/events/tickets", Full, [], Json(handlers::events::ticket);
     /// Counters and gauges in the Prometheus text format.
     Metrics = "GET" "/v1/metrics", Full, [], Text(handlers::metrics::get);
+    /// Mint a preview grant (or get the live one for the same port and identity) and a token.
+    MintGrant = "POST" "/v1/previews/grants", Scoped, [], Json(handlers::grants::mint);
+    /// Every preview grant, with its open connections.
+    ListGrants = "GET" "/v1/previews/grants", Scoped, [], Json(handlers::grants::list);
+    /// Another one-shot token for a live grant.
+    GrantToken = "POST" "/v1/previews/grants/{id}/tokens", Scoped, [], Json(handlers::grants::token);
+    /// Revoke a grant: its requests get 401 and its open connections close.
+    RevokeGrant = "POST" "/v1/previews/grants/{id}/revoke", Full, [], Json(handlers::grants::revoke);
+    /// Make a session: a folder and variables that carry from one command to the next.
+    CreateSession = "POST" "/v1/sessions", Scoped, [], Json(handlers::sessions::create);
+    /// Every session, names of its variables only.
+    ListSessions = "GET" "/v1/sessions", Scoped, [], Json(handlers::sessions::list);
+    /// One session.
+    GetSession = "GET" "/v1/sessions/{id}", Scoped, [], Json(handlers::sessions::get);
+    /// Remove a session, cancelling its running command.
+    DeleteSession = "DELETE" "/v1/sessions/{id}", Full, [], Json(handlers::sessions::delete);
+    /// Start the session's next command (one at a time), answered as a job start.
+    StartSessionJob = "POST" "/v1/sessions/{id}/jobs", Scoped, [], Json(handlers::sessions::start);
     /// A folder as one tar or tar.gz archive, streamed.
     GetArchive = "GET" "/v1/files/archive", Full, ["path", "format"], Stream(handlers::archive::get);
     /// Unpack a streamed tar or tar.gz archive into a folder, all or nothing.
@@ -291,6 +309,13 @@ mod tests {
                 ("GET", "/v1/env"),
                 ("POST", "/v1/env"),
                 ("GET", "/v1/sandbox"),
+                ("POST", "/v1/previews/grants"),
+                ("GET", "/v1/previews/grants"),
+                ("POST", "/v1/previews/grants/{id}/tokens"),
+                ("POST", "/v1/sessions"),
+                ("GET", "/v1/sessions"),
+                ("GET", "/v1/sessions/{id}"),
+                ("POST", "/v1/sessions/{id}/jobs"),
             ]
         );
     }
@@ -300,16 +325,23 @@ mod tests {
         use crate::api::request::{
             ENV_FIELDS, MKDIR_FIELDS, MOVE_FIELDS, PREVIEW_FIELDS, RESIZE_FIELDS, START_FIELDS,
         };
+        use crate::api::request::{SESSION_FIELDS, session_job_fields};
         match route {
             Route::StartJob => Some(START_FIELDS),
             Route::SetEnv => Some(ENV_FIELDS),
             Route::StartPreview => Some(PREVIEW_FIELDS),
+            Route::MintGrant => Some(crate::api::request::GRANT_FIELDS),
+            Route::GrantToken | Route::RevokeGrant => Some(&[]),
             Route::CancelJob => Some(&[]),
             Route::JobResize => Some(RESIZE_FIELDS),
             Route::JobStdin | Route::JobPty => None,
             Route::PtyTicket | Route::LogTicket | Route::EventsTicket => Some(&[]),
             Route::MakeDir => Some(MKDIR_FIELDS),
             Route::MoveFile => Some(MOVE_FIELDS),
+            Route::CreateSession => Some(SESSION_FIELDS),
+            Route::StartSessionJob => Some(session_job_fields()),
+            Route::DeleteSession => Some(&[]),
+            Route::ListSessions | Route::GetSession => None,
             Route::FileStat
             | Route::ListFiles
             | Route::ReadFile
@@ -327,7 +359,8 @@ mod tests {
             | Route::Sandbox
             | Route::ListPorts
             | Route::Events
-            | Route::Metrics => None,
+            | Route::Metrics
+            | Route::ListGrants => None,
         }
     }
 
@@ -335,7 +368,7 @@ mod tests {
     /// generated clients can send them, each is a documented header parameter).
     fn headers(route: Route) -> &'static [&'static str] {
         match route {
-            Route::StartJob | Route::StartPreview => &["Idempotency-Key"],
+            Route::StartJob | Route::StartPreview | Route::StartSessionJob => &["Idempotency-Key"],
             Route::JobLog => &["Range", "If-Range"],
             Route::Events => &["Accept", "Last-Event-ID"],
             Route::WatchEvents => &["Accept", "Last-Event-ID"],

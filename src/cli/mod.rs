@@ -13,8 +13,10 @@ mod exec;
 mod exit;
 mod follow;
 mod logs;
+mod previews;
 mod print;
 mod prune;
+mod session;
 mod status;
 
 use clap::Subcommand;
@@ -69,13 +71,19 @@ pub enum Cmd {
     /// Print the journal of job events (started, ended, lost); --follow waits for more
     #[command(after_help = ENVIRONMENT)]
     Events(events::Args),
+    /// List preview grants; `previews revoke ID` takes one away
+    #[command(after_help = ENVIRONMENT)]
+    Previews(previews::Args),
+    /// Make, list or remove sessions: a folder and variables that carry between commands
+    #[command(after_help = ENVIRONMENT)]
+    Session(session::Args),
 }
 
 /// Runs one local command; `Err` is reported by the caller.
 pub fn main(cmd: Cmd) -> Result<i32> {
     if matches!(
         cmd,
-        Cmd::Status(_) | Cmd::Logs(_) | Cmd::Prune(_) | Cmd::Events(_)
+        Cmd::Status(_) | Cmd::Logs(_) | Cmd::Prune(_) | Cmd::Events(_) | Cmd::Previews(_)
     ) {
         // `status | head` should end quietly, as other Unix tools do, not panic in
         // println!. (`exec` keeps SIGPIPE ignored: a closed reader cancels its job.)
@@ -89,6 +97,8 @@ pub fn main(cmd: Cmd) -> Result<i32> {
         Cmd::Cancel(a) => cancel::run(a),
         Cmd::Prune(a) => prune::run(a),
         Cmd::Events(a) => events::run(a),
+        Cmd::Previews(a) => previews::run(a),
+        Cmd::Session(a) => session::run(a),
     }
 }
 

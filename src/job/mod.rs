@@ -5,5 +5,6 @@ pub mod control;
 pub mod handshake;
 pub mod launch;
 pub mod secrets;
+pub mod session;
 pub mod settle;
 pub mod supervisor;

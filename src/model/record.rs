@@ -136,6 +136,12 @@ pub struct JobRecord {
     /// Seconds between TERM and KILL for this job.
     #[serde(default)]
     pub grace_seconds: Option<f64>,
+    /// The session whose command this job is (see `crate::model::session`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// A session's command, once ended: whether what it changed became the session's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_saved: Option<bool>,
     /// Fields this binary does not know, kept on rewrite.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,

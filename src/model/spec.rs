@@ -58,6 +58,8 @@ pub struct StartRequest {
     pub interactive: bool,
     /// Run the job on a pseudo-terminal of this size (implies `interactive`).
     pub pty: Option<PtySize>,
+    /// The job is a session's command: its state is restored first and saved at its end.
+    pub session: Option<super::session::SessionRun>,
 }
 
 /// A terminal's size, in character cells.
@@ -165,6 +167,9 @@ pub struct Spec {
     /// The job runs on a pseudo-terminal of this size.
     #[serde(default)]
     pub pty: Option<PtySize>,
+    /// The job is a session's command (see `crate::model::session`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<super::session::SessionRun>,
     /// The job's first record, without its pids: the supervisor completes it and writes
     /// it once the shell runs (one record write per start, not two).
     pub record: super::JobRecord,

@@ -73,6 +73,9 @@ pub struct ServeArgs {
     /// beyond them, or older than --keep-days, are compacted away (start, every 10 minutes)
     #[arg(long, value_name = "N", default_value = "100000")]
     pub keep_events: usize,
+    /// The address the preview gate's listeners bind (each grant's gatePort on it)
+    #[arg(long, value_name = "ADDR", default_value = crate::gate::DEFAULT_ADDRESS)]
+    pub preview_address: std::net::IpAddr,
 }
 
 /// Runs the server until SIGTERM/SIGINT.
@@ -162,8 +165,17 @@ pub fn serve_main(args: ServeArgs) -> Result<i32> {
         log(serde_json::json!({"event": "panic", "error": info.to_string()}));
     }));
     let hub = waits::Hub::start();
+    let grants = crate::state::grants::Grants::open(store.root())?;
+    let gate = crate::gate::start(
+        Arc::clone(&grants),
+        crate::gate::Config {
+            address: args.preview_address,
+            ..Default::default()
+        },
+    );
     let app = Arc::new(
         app::App::new(store, cfg, tokens, sandbox, Arc::clone(&hub))
+            .with_grants(grants)
             .with_max_waiting(max_waiting)
             .with_allowed_origins(origins)
             .with_max_file_bytes(args.max_file_bytes)
@@ -186,10 +198,13 @@ pub fn serve_main(args: ServeArgs) -> Result<i32> {
         let hub = Arc::clone(&hub);
         move || hub.stop()
     };
-    let servers = vec![Server::start("api", &stop_rx, move |stop| {
-        let state = Arc::new(http::State::default());
-        http::run(listener, limits, app, state, stop, GRACE, on_stop)
-    })?];
+    let servers = vec![
+        Server::start("api", &stop_rx, move |stop| {
+            let state = Arc::new(http::State::default());
+            http::run(listener, limits, app, state, stop, GRACE, on_stop)
+        })?,
+        Server::start("gate", &stop_rx, move |stop| gate.run(stop))?,
+    ];
     let mut result = Ok(());
     for server in servers {
         let (name, outcome) = server.join();

@@ -124,6 +124,27 @@ pub fn get(app: &App, _: &Call<'_>) -> Answer {
             r.count, r.sum, r.count
         );
     }
+    if let Some(g) = app.grants.as_deref() {
+        family(
+            &mut out,
+            "gitterm_gate_requests_total",
+            "counter",
+            "Requests the preview gate answered, by outcome (forwarded, exchanged, unauthorized, forbidden, unavailable, refused).",
+        );
+        for (outcome, n) in g.stats.all() {
+            let _ = writeln!(
+                out,
+                "gitterm_gate_requests_total{{outcome=\"{outcome}\"}} {n}"
+            );
+        }
+        family(
+            &mut out,
+            "gitterm_gate_connections",
+            "gauge",
+            "Connections open now through the preview gate to a grant.",
+        );
+        let _ = writeln!(out, "gitterm_gate_connections {}", g.live.total());
+    }
     let (rss, fds) = process();
     family(
         &mut out,

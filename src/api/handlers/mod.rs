@@ -7,6 +7,7 @@ pub mod archive;
 pub mod env;
 pub mod events;
 pub mod files;
+pub mod grants;
 pub mod health;
 pub mod interactive;
 pub mod jobs;
@@ -17,6 +18,7 @@ pub mod ports;
 pub mod previews;
 pub mod pty;
 pub mod sandbox;
+pub mod sessions;
 pub mod watches;
 
 use std::io::Read;

@@ -99,6 +99,7 @@ pub fn start_body(body: &[u8], idempotency_key: Option<&str>) -> Result<StartBod
             Some(m) => Some(pty_size(m, "pty")?),
             None => None,
         },
+        session: None,
     };
     let secret_files = f
         .string_array("secretFiles")?

@@ -19,20 +19,24 @@ use crate::model::error::{Error, Result};
 mod cursor;
 mod env;
 mod files;
+mod grants;
 mod jobs;
 mod previews;
 mod range;
+mod sessions;
 mod unknown;
 mod watches;
 pub use cursor::Place;
 pub use env::{ENV_FIELDS, EnvBody, env_body};
 pub use files::{MKDIR_FIELDS, MOVE_FIELDS, MkdirBody, MoveBody, file_mode, mkdir_body, move_body};
+pub use grants::{GRANT_FIELDS, grant_body};
 pub use jobs::{
     DEFAULT_LIST_LIMIT, DEFAULT_WAIT_SECONDS, LIST_PAGE_BYTES, MAX_LIST_LIMIT, RESIZE_FIELDS,
     START_FIELDS, StartBody, Wait, base64_decode, pty_size, resize_body, start_body,
 };
 pub use previews::{MAX_PREVIEW_WAIT_SECONDS, PREVIEW_FIELDS, PreviewBody, preview_body};
 pub use range::{Wanted, byte_range};
+pub use sessions::{SESSION_FIELDS, session_body, session_job_body, session_job_fields};
 use unknown::{FIELD, QUERY_PARAMETER, unknown_names};
 pub use watches::{WATCH_FIELDS, WatchBody, watch_body};
 

@@ -34,6 +34,7 @@ impl Supervisor {
             Some(WaitStatus::Signaled(_, s, _)) => (None, Some(s.as_str().to_string())),
             _ => (None, None),
         };
+        let session_note = self.end_session(shell, end);
         let rec = &mut self.rec;
         rec.exit_code = code;
         rec.signal = signal;
@@ -59,6 +60,7 @@ impl Supervisor {
             }
             End::ShellExited => {}
         }
+        reasons.extend(session_note);
         if dropped > 0 {
             rec.output_truncated = true;
             rec.output_dropped_bytes = dropped;
@@ -105,6 +107,9 @@ impl Supervisor {
         self.sink.set_events(None);
         if let Some(u) = unsynced {
             let _ = u.sync();
+        }
+        if let Some(s) = &mut self.session {
+            s.sync();
         }
         // Removing a cgroup can take milliseconds: only after the record is out.
         if let Some(cg) = &self.cgroup {

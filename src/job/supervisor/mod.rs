@@ -27,6 +27,7 @@ mod control;
 mod finish;
 mod pending;
 mod run;
+mod session;
 mod sink;
 mod start;
 
@@ -173,4 +174,6 @@ struct Supervisor {
     others_pending: Vec<String>,
     /// The final record's file, with its room (none where it could not be made).
     reserved: Option<crate::state::fsutil::Reserved>,
+    /// A session's command: what its end saves.
+    session: Option<session::SessionIo>,
 }
