@@ -24,7 +24,6 @@ use crate::model::{JobId, JobRecord};
 use crate::os::cgroup::JobCgroup;
 use crate::os::proc;
 use crate::os::spawn::Started;
-use crate::state::layout::FINAL_RECORD;
 use crate::state::store::Store;
 use crate::text::pipeline::Pipeline;
 
@@ -206,12 +205,7 @@ impl Supervisor {
         // shell starts (a new file can cost a millisecond on ext4 without a journal, after
         // a mass deletion), and before the job has had time to fill the disk.
         let room = serde_json::to_vec_pretty(&rec).map_or(0, |v| v.len()) + RESERVE_EXTRA;
-        let reserved = crate::state::fsutil::reserve(
-            &dir.join(FINAL_RECORD),
-            room.next_multiple_of(4096),
-            0o600,
-        )
-        .ok();
+        let reserved = store.reserve_final(&dir, room.next_multiple_of(4096)).ok();
         let rec = publish_first_record(store, id, &dir, rec, shell, me, cgroup.as_ref(), first)?;
         let mut control = control;
         if let Some(c) = &mut control {
