@@ -498,6 +498,8 @@ pub fn use_fork_server() -> Result<()> {
     // The cgroup hierarchy is looked up once, here: every supervisor the server forks
     // inherits the answer instead of reading the mount table again.
     crate::os::cgroup::JobCgroup::warm();
+    // So is the boot id, which every journal line of theirs carries.
+    let _ = crate::state::sandbox::boot_id();
     let fs = crate::os::forkserver::ForkServer::start(super::supervisor::main_forked)
         .map_err(|e| Error::io("starting the fork server", e))?;
     let _ = FORK_SERVER.set(fs);

@@ -242,6 +242,7 @@ impl Supervisor {
             others,
             others_pending,
             reserved,
+            childless: false,
         })
     }
 }
@@ -385,7 +386,11 @@ fn publish_first_record(
     rec.pgid = Some(shell);
     rec.started_at = Some(crate::text::timefmt::now());
     rec.supervisor_pid = Some(me);
-    rec.supervisor_start = proc::stat(me).map(|s| s.start);
+    rec.supervisor_start = if me == std::process::id() as i32 {
+        proc::own_start()
+    } else {
+        proc::stat(me).map(|s| s.start)
+    };
     rec.cgroup = cgroup.map(|c| c.path().to_string_lossy().into_owned());
     // Neither the record nor the folder's rename is fsynced: a crash of any process
     // loses nothing, and a start is not worth a disk flush on the caller's path. After
