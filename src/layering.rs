@@ -2,7 +2,7 @@
 //!
 //! Layers are the folders under `src/`, bottom to top: `model`, `text` (pure), `os`,
 //! `state`, `job`, `http` (the HTTP/1.1 server and client both servers share), then the front
-//! ends `cli` and `api`. A layer may import only the
+//! ends `cli` and `api`, and last `serve`, which starts the servers that share a process. A layer may import only the
 //! layers before it in that list, so `state` may import `os` (it opens private files and
 //! locks through it) but `os` never imports `state`, and `text` may import `model` but not
 //! the other way round; the two front ends never import each other. Inside every folder
@@ -24,12 +24,14 @@ const LAYERS: &[(&str, u8)] = &[
     ("http", 5),
     ("cli", 6),
     ("api", 6),
+    ("gate", 6),
+    ("serve", 7),
 ];
 
 /// Groups of sibling modules still tangled in circles, as `(folder, group)` exactly as
-/// reported. The check fails on any other group, and on one of these that has changed
+/// reported (none is left). The check fails on any other group, and on one of these that has changed
 /// or is gone, so the list only shrinks.
-const KNOWN_CIRCLES: &[(&str, &str)] = &[("api", "app, cors, handlers, routes")];
+const KNOWN_CIRCLES: &[(&str, &str)] = &[];
 
 /// One source file: its module path (`["os", "proc"]`) and its text.
 struct File {

@@ -29,7 +29,7 @@ enum Command {
     Local(cli::Cmd),
     /// Serve the HTTP/JSON control endpoint
     #[command(after_help = cli::ENVIRONMENT)]
-    Serve(gitterm_agent::api::ServeArgs),
+    Serve(gitterm_agent::serve::ServeArgs),
     /// (internal) supervise one job
     #[command(hide = true)]
     Supervise {
@@ -59,7 +59,7 @@ fn main() {
             std::process::exit(gitterm_agent::job::supervisor::main(&root, &id))
         }
         Command::Local(cmd) => cli::main(cmd),
-        Command::Serve(args) => gitterm_agent::api::serve_main(args),
+        Command::Serve(args) => gitterm_agent::serve::serve_main(args),
     };
     std::process::exit(match result {
         Ok(code) => code,

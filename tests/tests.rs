@@ -11,6 +11,8 @@ mod util;
 mod api;
 /// Floods: silent and trickling connections, long-polls by the hundred, readers that never read.
 mod api_flood;
+/// `GET`/`PUT /v1/files/archive`: folders as one tar stream, and hostile archives refused whole.
+mod archives;
 /// The command line's bad input, its status table and corrupt records.
 mod cli;
 /// The command line's help, suggestions, exit statuses and status tails.
@@ -27,6 +29,8 @@ mod events;
 mod files;
 /// The files API against its attackers: deep trees, racing uploads, mounts and links.
 mod files_attacks;
+/// The preview gate over raw sockets: exchange, cookies, smuggling, streams, upgrades, revoke.
+mod gate;
 /// The harness itself: the leak guard, polling, timestamps, skips.
 mod harness;
 /// Hostile jobs and callers: job users reaching for the agent, stopped supervisors, bombs.
@@ -47,7 +51,13 @@ mod protocol;
 mod pty;
 /// Unknown body fields and query parameters refused, naming the closest known one.
 mod refusals;
+/// Job resources and process control: limits, usage, OOM kills, signals, argv, stderr apart.
+mod resources;
 /// Jobs and callers that try to wedge or fool the agent: unread input, killed supervisors.
 mod robust;
+/// Sessions: the folder and variables carried between commands, each command a job.
+mod sessions;
 /// Tickets and CORS, as pages of this and other origins and scoped callers use them.
 mod tickets;
+/// `/v1/files/watches`: changes by cursor, kept while nobody reads, never a silent gap.
+mod watches;

@@ -2,7 +2,9 @@
 # The browser tests: `run.sh BINARY`. It installs Debian's chromium when /usr/bin/chromium
 # is missing, installs playwright-core and @xterm/xterm (package.json) into a temporary
 # folder with npm, then runs terminal-test.js (the terminal WebSocket) and events-test.js
-# (EventSource, a restart of serve, a followed log, CORS) against `BINARY serve`.
+# (EventSource, a restart of serve, a followed log, CORS) against `BINARY serve`, then
+# installs Vite into a folder of its own and runs preview-test.js (the preview gate in front
+# of a real Vite dev server: the exchange, the cookie, HMR, revoke).
 # Where chromium or the packages cannot be installed, it says so and skips (exit 0); under
 # CI (CI=true, where it runs as root with apt) a failed install fails instead.
 # $ARTIFACTS names the screenshots' folder (default /tmp/gitterm-browser-test).
@@ -63,10 +65,15 @@ if ! command -v npm >/dev/null 2>&1 ||
     skip "npm could not install playwright-core and @xterm/xterm"
 fi
 export NODE_PATH="$modules/node_modules${NODE_PATH:+:$NODE_PATH}"
+# Vite in a folder of its own: the preview test runs a real dev server behind the gate.
+if ! timeout 300 npm install --prefix "$modules/vite" --no-audit --no-fund --silent vite >/dev/null 2>&1; then
+    skip "npm could not install vite"
+fi
+export VITE="$modules/vite/node_modules/vite/bin/vite.js"
 status=0
 passed=0
 failed=0
-for test in terminal events; do
+for test in terminal events preview; do
     set +e
     STATE_FILE="$modules/state-$test" timeout 240 node "$here/$test-test.js" "$bin"
     s=$?

@@ -1,61 +1,47 @@
-//! The server's side of the HTTP layer: admission, dispatch to the handlers, the error
-//! answers and the request log.
-//!
-//! Browsers: a CORS preflight is answered before anything else (it never carries a
-//! token; see [`super::cors`]), and the answers of the browser routes get their CORS
-//! headers here. A ticket (`?ticket=T`, for a page that cannot send the bearer header)
-//! stands in for the token: it is checked where the token would be, and used up only
-//! once every other check has passed, so a request refused for anything leaves it unused.
-//!
-//! Order of checks for each request, all before its body is read: a public route
-//! (`GET /v1/health`) needs nothing; everything else is authenticated first (so an
-//! unauthenticated client learns nothing, not even which routes exist), then routed
-//! (unknown path: 404 `not_found`; known path, wrong method: 400 `invalid` with an `Allow`
-//! header; `HEAD` is routed as `GET`, and answered without the body), then the scoped
-//! token's limits apply (403 `forbidden`), then the query string is parsed. Only then is
-//! the body read and the route's handler called.
+//! The server's state: the store, limits, tokens and tickets, and what requests share
+//! (the places of those that wait, the events feed, the inotify hub).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
-use serde_json::{Value, json};
-
-use super::auth::{Access, Tickets, Tokens};
-use super::cors::{self, Origins};
-use super::handlers::{Answer, Call, Failure};
-use super::request::Query;
-use super::routes::{Matched, Route, Scope};
-use super::watch::Hub;
-use crate::http::{Fault, Handler, Head, Request, Response};
-use crate::model::JobId;
+use super::answer::Failure;
+use super::auth::{Access, Tokens};
+use super::waits::Hub;
+use crate::http::auth::{Origins, Tickets};
 use crate::model::error::Error;
 use crate::model::spec::Config;
 use crate::state::envstore::EnvStore;
 use crate::state::sandbox::SandboxStart;
 use crate::state::store::Store;
 
+/// The default `serve --max-file-bytes`: 4 GiB.
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 4 << 30;
+
 /// The server's handler: the store, limits and tokens.
 pub struct App {
     pub(super) store: Store,
     pub(super) cfg: Config,
-    tokens: Tokens,
+    pub(super) tokens: Tokens,
     pub(super) sandbox: SandboxStart,
     pub(super) hub: Arc<Hub>,
     /// The events journal as the server follows it, and the counters of the metrics.
-    pub(super) feed: Arc<super::feed::Feed>,
+    pub(super) feed: Arc<super::journal::Feed>,
     /// Requests waiting now (see [`App::wait_slot`]); event streams count too.
     waiting: Arc<AtomicUsize>,
     /// The most that may wait at once.
     max_waiting: usize,
     /// Tickets not used yet (see [`App::issue_ticket`]).
-    tickets: Tickets,
+    pub(super) tickets: Tickets<Access>,
     /// Browser origins whose pages may use a ticket and get CORS grants (`--allowed-origin`).
-    allowed_origins: Origins,
+    pub(super) allowed_origins: Origins,
     /// The largest file an upload may write.
     pub(super) max_file_bytes: u64,
     /// The largest request body (`--max-body`), for a body this handler streams itself.
-    max_body: u64,
+    pub(super) max_body: u64,
+    /// The preview grants, shared with the gate.
+    pub(super) grants: Option<Arc<crate::state::grants::Grants>>,
+    /// The file watches and their journals.
+    pub(super) watches: Arc<crate::state::watches::Watches>,
 }
 
 /// A request's place among those that wait; given back on drop. It owns its share of the
@@ -68,19 +54,6 @@ impl Drop for WaitSlot {
     }
 }
 
-/// A request that passed every check on its head.
-#[derive(Debug)]
-pub struct Admitted {
-    route: Route,
-    /// Whether the caller used the scoped token.
-    scoped: bool,
-    /// Whether the request carried a valid token (a public route needs none).
-    trusted: bool,
-    /// The path's `{id}` segment, as sent.
-    id: Option<String>,
-    query: Query,
-}
-
 impl App {
     /// A handler over `store`.
     pub fn new(
@@ -90,7 +63,8 @@ impl App {
         sandbox: SandboxStart,
         hub: Arc<Hub>,
     ) -> App {
-        let feed = super::feed::Feed::start(store.root());
+        let feed = super::journal::Feed::start(store.root());
+        let store_root = &store.root().to_path_buf();
         App {
             feed,
             store,
@@ -102,8 +76,10 @@ impl App {
             max_waiting: usize::MAX,
             tickets: Tickets::default(),
             allowed_origins: Origins::default(),
-            max_file_bytes: super::handlers::files::DEFAULT_MAX_FILE_BYTES,
+            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             max_body: crate::http::Limits::default().max_body,
+            grants: None,
+            watches: crate::state::watches::Watches::open(store_root),
         }
     }
 
@@ -126,55 +102,15 @@ impl App {
         Ok((value, std::time::SystemTime::now() + (expires - now)))
     }
 
-    /// Checks the ticket `given` for `head` without using it up: it must be live, for
-    /// this very path and a GET, and a browser's page must be of an allowed origin.
-    fn check_ticket(&self, given: &str, head: &Head) -> Result<Access, Error> {
-        let Some(ticket) = self.tickets.peek(given, std::time::Instant::now()) else {
-            return Err(Error::Auth(
-                "the ticket is unknown, used or expired (tickets are single use, valid 60 s, \
-                 and a restart of serve forgets them): get a new one from the route that made it"
-                    .into(),
-            ));
-        };
-        if ticket.path != head.path || head.method != "GET" {
-            return Err(Error::Auth(format!(
-                "this ticket opens GET {} only, not {} {}",
-                ticket.path,
-                shown_method(&head.method),
-                shown_path(&head.path)
-            )));
-        }
-        if let Some(origin) = head.header("origin")
-            && !self.allowed_origins.allows(origin)
-        {
-            return Err(Error::Forbidden(cors::refused(
-                origin,
-                "use tickets (this one is not used up)",
-            )));
-        }
-        Ok(ticket.access)
-    }
-
-    /// What a ticket may open on `route`: one stream, the form a browser makes.
-    fn ticket_form(route: Route, head: &Head, query: &Query) -> Result<(), Error> {
-        match route {
-            Route::Events if !super::handlers::events::accepts_stream(head) => Err(Error::Invalid(
-                "an events ticket opens the event stream: send Accept: text/event-stream \
-                     (EventSource does); a long-poll takes the bearer header"
-                    .into(),
-            )),
-            Route::JobLog if !query.flag("follow")?.unwrap_or(false) => Err(Error::Invalid(
-                "a log ticket opens the followed log: add follow=true; the whole log takes the \
-                 bearer header"
-                    .into(),
-            )),
-            _ => Ok(()),
-        }
-    }
-
     /// Caps the size of files written through `PUT /v1/files/content`.
     pub fn with_max_file_bytes(mut self, n: u64) -> App {
         self.max_file_bytes = n;
+        self
+    }
+
+    /// The preview grants this server mints, lists and revokes (shared with the gate).
+    pub fn with_grants(mut self, grants: Arc<crate::state::grants::Grants>) -> App {
+        self.grants = Some(grants);
         self
     }
 
@@ -218,547 +154,5 @@ impl App {
     /// The persisted env.
     pub(super) fn env(&self) -> EnvStore {
         EnvStore::open(self.store.root())
-    }
-
-    /// Answers an admitted request: `body` is its whole body, or empty when `stream` is
-    /// to be read instead (an upload).
-    fn answer(
-        &self,
-        admitted: Admitted,
-        head: &Head,
-        body: &[u8],
-        stream: &mut (dyn std::io::Read + Send),
-    ) -> Response {
-        let Admitted {
-            route,
-            scoped,
-            id,
-            query,
-            ..
-        } = admitted;
-        let call = Call {
-            scoped,
-            head,
-            body,
-            query: &query,
-            id: id.as_deref(),
-        };
-        let reply = match raw(self, route, &call) {
-            Some(Ok(mut resp)) => {
-                resp.route = route.template();
-                if resp.job_id.is_none() {
-                    resp.job_id = id.as_deref().and_then(JobId::parse).map(|j| j.to_string());
-                }
-                return resp;
-            }
-            Some(Err(f)) => Err(f),
-            None if route == Route::WriteFile => super::handlers::files::write(self, &call, stream),
-            None if route == Route::JobStdin => {
-                super::handlers::interactive::stdin_stream(self, &call, stream)
-            }
-            None => (route.handler())(self, &call),
-        };
-        let mut close = false;
-        let mut job_id = id.as_deref().and_then(JobId::parse).map(|j| j.to_string());
-        let mut resp = match reply {
-            Ok(Answer::Json(v)) => {
-                if route == Route::StartJob {
-                    job_id = v.get("id").and_then(Value::as_str).map(str::to_string);
-                }
-                json_response(200, &v)
-            }
-            Ok(Answer::Response(resp)) => {
-                close = resp.close;
-                resp
-            }
-            Err(f) => {
-                close = f.close;
-                if job_id.is_none() {
-                    job_id = f
-                        .extra
-                        .get("jobId")
-                        .and_then(Value::as_str)
-                        .map(str::to_string);
-                }
-                error_response(f)
-            }
-        };
-        resp.route = route.template();
-        resp.job_id = job_id;
-        resp.close = close;
-        resp
-    }
-
-    /// Authenticates, routes, checks scope and parses the query; `Err` is the answer when
-    /// the request may not go on.
-    fn admit(&self, head: &Head) -> Result<Admitted, Box<Response>> {
-        // A browser sends no credentials on a preflight: it is answered before any.
-        if cors::is_preflight(head) {
-            return Err(cors::preflight(&self.allowed_origins, head).into());
-        }
-        let public = Route::is_public_path(&head.path);
-        // The bearer header wins over a ticket (which is then not used).
-        let ticket = ticket_in(&head.query)
-            .filter(|_| !public && head.all("authorization").next().is_none());
-        let access = if let Some(t) = ticket.as_deref() {
-            self.check_ticket(t, head)
-                .map_err(|e| error_response(e.into()))?
-        } else if public {
-            Access::Full
-        } else {
-            let auth: Vec<&str> = head.all("authorization").collect();
-            self.tokens
-                .check(&auth, &head.query)
-                .map_err(|e| error_response(e.into()))?
-        };
-        // HEAD is GET without the body (RFC 9110 §9.3.2): the connection drops the body, so
-        // everything else, the messages included, is the GET's.
-        let method = match head.method.as_str() {
-            "HEAD" => "GET",
-            m => m,
-        };
-        let (route, id) = match Route::find(method, &head.path) {
-            Matched::Route(route, id) => (route, id),
-            Matched::WrongMethod(mut allowed) => {
-                if allowed.contains(&"GET") {
-                    allowed.push("HEAD");
-                }
-                let mut resp = error_response(
-                    Error::Invalid(format!(
-                        "{} does not accept {}; use {}",
-                        head.path,
-                        shown_method(method),
-                        allowed.join(" or ")
-                    ))
-                    .into(),
-                );
-                resp.status = 400;
-                resp.headers.push(("Allow", allowed.join(", ")));
-                return Err(resp.into());
-            }
-            Matched::NotFound => {
-                return Err(error_response(
-                    Error::NotFound(format!(
-                        "no route {} {}; see docs/openapi.json",
-                        shown_method(method),
-                        shown_path(&head.path)
-                    ))
-                    .into(),
-                )
-                .into());
-            }
-        };
-        let refused = |e: Error| {
-            let mut resp = error_response(e.into());
-            resp.route = route.template();
-            resp
-        };
-        if access == Access::Scoped && route.scope() == Scope::Full {
-            return Err(refused(Error::Forbidden(format!(
-                "the scoped token may not use {} {}",
-                route.method(),
-                route.template()
-            )))
-            .into());
-        }
-        let query = Query::parse(&head.query, route.query()).map_err(refused)?;
-        // Only a request that a ticket admits uses it up: one refused for its Origin, its
-        // form or its query string leaves it to the request that was meant.
-        if let Some(t) = ticket.as_deref() {
-            Self::ticket_form(route, head, &query).map_err(refused)?;
-            if !self.tickets.take(t, std::time::Instant::now()) {
-                return Err(refused(Error::Auth(
-                    "the ticket was used by another request meanwhile, or expired: get a new one"
-                        .into(),
-                ))
-                .into());
-            }
-        }
-        Ok(Admitted {
-            route,
-            scoped: access == Access::Scoped,
-            trusted: !public,
-            id: id.map(str::to_string),
-            query,
-        })
-    }
-}
-
-fn json_response(status: u16, v: &Value) -> Response {
-    // Sized up front: a listing page's body is never held at twice its size.
-    let mut body = Vec::with_capacity(json_len(v) + 1);
-    let _ = serde_json::to_writer(&mut body, v);
-    body.push(b'\n');
-    Response::new(
-        status,
-        vec![
-            ("Content-Type", "application/json".into()),
-            ("Cache-Control", "no-store".into()),
-        ],
-        body,
-    )
-}
-
-/// The `ticket` query parameter, decoded.
-fn ticket_in(query: &str) -> Option<String> {
-    query
-        .split('&')
-        .filter_map(|p| p.split_once('='))
-        .find(|(k, _)| *k == "ticket")
-        .and_then(|(_, v)| crate::api::request::percent_decode(v))
-}
-
-/// The length of a value's JSON text, without writing it anywhere.
-pub(super) fn json_len(v: &Value) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0 += b.len();
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut c = Count(0);
-    let _ = serde_json::to_writer(&mut c, v);
-    c.0
-}
-
-/// The answer of a route that is not JSON (the metrics' text, an event stream, a terminal's
-/// WebSocket), if this request is to one.
-fn raw(app: &App, route: Route, call: &Call<'_>) -> Option<std::result::Result<Response, Failure>> {
-    match route {
-        Route::Metrics => Some(super::handlers::metrics::text(app)),
-        Route::Events if super::handlers::events::wants_stream(call) => {
-            Some(super::handlers::events::stream(app, call))
-        }
-        // A WebSocket: the answer is a 101 that hands the connection over.
-        Route::JobPty => Some(super::handlers::pty::switch(app, call)),
-        _ => None,
-    }
-}
-
-pub(super) fn error_response(f: Failure) -> Response {
-    let mut v = f.err.to_json();
-    if let Some(obj) = v.get_mut("error").and_then(Value::as_object_mut) {
-        for (k, x) in f.extra {
-            obj.entry(k).or_insert(x);
-        }
-    }
-    let mut resp = json_response(f.err.http_status(), &v);
-    match f.err {
-        Error::Auth(_) => resp.headers.push(("WWW-Authenticate", "Bearer".into())),
-        Error::RateLimited(_) => resp.headers.push(("Retry-After", "1".into())),
-        _ => {}
-    }
-    resp
-}
-
-fn shown_method(m: &str) -> String {
-    m.chars().take(16).collect()
-}
-
-fn shown_path(p: &str) -> String {
-    let mut s: String = p.chars().take(80).filter(|c| !c.is_control()).collect();
-    if p.len() > 80 {
-        s.push('…');
-    }
-    s
-}
-
-impl Handler for App {
-    type Admitted = Admitted;
-
-    fn check(&self, head: &Head) -> Result<Admitted, Box<Response>> {
-        self.admit(head).map_err(|mut resp| {
-            cors::decorate(&self.allowed_origins, head, &mut resp);
-            resp
-        })
-    }
-
-    fn trusted(&self, admitted: &Admitted) -> bool {
-        admitted.trusted
-    }
-
-    fn handle(&self, admitted: Admitted, req: Request) -> Response {
-        let mut resp = self.answer(admitted, &req.head, &req.body, &mut &req.body[..]);
-        cors::decorate(&self.allowed_origins, &req.head, &mut resp);
-        resp
-    }
-
-    fn streamed_body(&self, head: &Head) -> Option<u64> {
-        if head.method == Route::WriteFile.method() && head.path == Route::WriteFile.template() {
-            return Some(self.max_file_bytes);
-        }
-        // A job's input goes to it as it arrives, a chunk at a time: never held whole.
-        matches!(
-            Route::find(&head.method, &head.path),
-            Matched::Route(Route::JobStdin, _)
-        )
-        .then_some(self.max_body)
-    }
-
-    fn handle_stream(
-        &self,
-        admitted: Admitted,
-        head: &Head,
-        body: &mut crate::http::BodyReader<'_>,
-    ) -> Response {
-        let mut resp = self.answer(admitted, head, &[], body);
-        cors::decorate(&self.allowed_origins, head, &mut resp);
-        resp
-    }
-
-    fn fault(&self, fault: &Fault) -> Response {
-        let (status, err) = match fault {
-            Fault::Malformed(m) => (400, Error::Invalid(format!("malformed request: {m}"))),
-            Fault::TooLarge(m) => (413, Error::TooLarge(m.clone())),
-            // The contract ties `timeout` to 504, whoever was slow.
-            Fault::TooSlow(m) => (504, Error::Timeout(m.clone())),
-            Fault::Busy(m) => (429, Error::RateLimited(m.clone())),
-            Fault::Panic => (
-                500,
-                Error::Internal("the agent hit a bug handling this request; see its log".into()),
-            ),
-        };
-        let mut resp = error_response(err.into());
-        resp.status = status;
-        resp
-    }
-
-    fn done(&self, head: Option<&Head>, resp: &Response, elapsed: Duration) {
-        let route = if resp.route.is_empty() {
-            "unmatched"
-        } else {
-            resp.route
-        };
-        self.feed.request(route, resp.status, elapsed);
-        // Only the route template is logged, never the path or query: a token or secret
-        // pasted into a URL must not reach the log.
-        let mut line = json!({
-            "ts": crate::text::timefmt::now(),
-            "method": head.map(|h| shown_method(&h.method)),
-            "route": (!resp.route.is_empty()).then_some(resp.route),
-            "status": resp.status,
-            "ms": (elapsed.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0,
-        });
-        if let Some(id) = &resp.job_id {
-            line["jobId"] = id.as_str().into();
-        }
-        if resp.status >= 400
-            && let Ok(v) = serde_json::from_slice::<Value>(&resp.body)
-            && let Some(code) = v.pointer("/error/code")
-        {
-            line["error"] = code.clone();
-        }
-        super::log(line);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::http::parse_head;
-
-    const FULL: &str = "full-token-0123456789abcdef";
-    const SCOPED: &str = "scoped-token-0123456789abcdef";
-    const UNKNOWN_JOB: &str = "job_00000000000000000000";
-
-    /// A server over an empty state root (kept while the folder lives).
-    fn app() -> (tempfile::TempDir, App) {
-        let d = tempfile::tempdir().unwrap();
-        let root = d.path();
-        let store = Store::open(root).unwrap();
-        let tokens = Tokens::new(FULL.into(), Some(SCOPED.into())).unwrap();
-        let sandbox = crate::state::sandbox::record_start_with(root, "boot-a").unwrap();
-        let app = App::new(store, Config::default(), tokens, sandbox, Hub::start());
-        (d, app)
-    }
-
-    /// A request to `route`'s own template with the given token and query (and an empty
-    /// JSON object as the body of a POST), answered by `app` as the connection loop would:
-    /// check, then handle.
-    fn send(app: &App, route: Route, token: Option<&str>, query: &str) -> Response {
-        let body = if route.method() == "POST" { "{}" } else { "" };
-        let path = route.template().replace("{id}", UNKNOWN_JOB) + query;
-        let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-        let raw = format!("{} {path} HTTP/1.1\r\n{auth}\r\n", route.method());
-        let head = parse_head(raw.as_bytes(), 100).unwrap();
-        match app.check(&head) {
-            Ok(admitted) => app.handle(
-                admitted,
-                Request {
-                    head,
-                    body: body.as_bytes().to_vec(),
-                },
-            ),
-            Err(resp) => *resp,
-        }
-    }
-
-    fn error_code(resp: &Response) -> Option<String> {
-        let v: Value = serde_json::from_slice(&resp.body).ok()?;
-        v.pointer("/error/code")?.as_str().map(str::to_string)
-    }
-
-    /// What each route answers in an empty sandbox to a request with an empty JSON body:
-    /// its handler's own answer (a job's route: the job is unknown; a start: the body
-    /// lacks what it needs), never a routing answer nor an internal error.
-    fn expected(route: Route) -> (u16, &'static str) {
-        match route {
-            Route::Health => (200, "\"ok\":true"),
-            Route::StartJob => (400, "command is missing"),
-            Route::ListJobs => (200, "\"jobs\":[]"),
-            Route::GetJob | Route::JobOutput | Route::JobLog | Route::CancelJob => (404, "no job"),
-            Route::JobStdin
-            | Route::JobResize
-            | Route::JobPty
-            | Route::PtyTicket
-            | Route::LogTicket => (404, "no job"),
-            Route::EventsTicket => (200, "\"ticket\":"),
-            Route::GetEnv | Route::SetEnv => (200, "\"names\":[]"),
-            Route::Sandbox => (200, "\"bootId\":\"boot-a\""),
-            Route::StartPreview => (400, "port is missing"),
-            Route::ListPorts => (200, "\"ports\":["),
-            Route::FileStat
-            | Route::ListFiles
-            | Route::ReadFile
-            | Route::WriteFile
-            | Route::MakeDir
-            | Route::DeleteFile => (400, "path is missing"),
-            Route::MoveFile => (400, "from"),
-            Route::Events => (200, "\"events\":[]"),
-            Route::Metrics => (200, "gitterm_jobs_started_total 0"),
-        }
-    }
-
-    #[test]
-    fn every_route_is_dispatched_to_its_handler() {
-        let (_d, app) = app();
-        for &route in Route::ALL {
-            let resp = send(&app, route, Some(FULL), "");
-            let text = String::from_utf8_lossy(&resp.body);
-            let (status, needle) = expected(route);
-            assert_eq!(resp.status, status, "{route:?}: {text}");
-            assert!(text.contains(needle), "{route:?}: {text}");
-            assert_eq!(resp.route, route.template(), "{route:?}");
-            assert!(resp.headers.iter().all(|(k, _)| *k != "Allow"), "{route:?}");
-        }
-    }
-
-    #[test]
-    fn head_is_routed_to_every_get_route_and_answered_as_its_get() {
-        let (_d, app) = app();
-        let answer = |method: &str, route: Route| {
-            let path = route.template().replace("{id}", UNKNOWN_JOB);
-            let raw = format!("{method} {path} HTTP/1.1\r\nAuthorization: Bearer {FULL}\r\n\r\n");
-            let head = parse_head(raw.as_bytes(), 100).unwrap();
-            match app.check(&head) {
-                Ok(admitted) => app.handle(admitted, Request { head, body: vec![] }),
-                Err(resp) => *resp,
-            }
-        };
-        for &route in Route::ALL {
-            let head = answer("HEAD", route);
-            if route.method() == "GET" {
-                let get = answer("GET", route);
-                assert_eq!(head.status, get.status, "{route:?}");
-                assert_eq!(head.route, route.template(), "{route:?}");
-                // The same answer, less the body: its length, where the answer is the same
-                // from one call to the next (listening ports, metrics and the sandbox's
-                // counts change on a busy machine).
-                if !matches!(route, Route::ListPorts | Route::Metrics | Route::Sandbox) {
-                    assert_eq!(head.body.len(), get.body.len(), "{route:?}");
-                }
-            } else if !Route::ALL
-                .iter()
-                .any(|r| r.method() == "GET" && r.template() == route.template())
-            {
-                // A path no GET serves: refused as a GET would be, naming what it takes.
-                let allow = head.headers.iter().find(|(k, _)| *k == "Allow");
-                assert_eq!(head.status, 400, "{route:?}");
-                assert!(allow.is_some_and(|(_, v)| !v.contains("HEAD")), "{route:?}");
-            }
-        }
-    }
-
-    #[test]
-    fn every_route_admits_by_its_scope() {
-        let (_d, app) = app();
-        for &route in Route::ALL {
-            let anon = send(&app, route, None, "");
-            let scoped = send(&app, route, Some(SCOPED), "");
-            let (status, _) = expected(route);
-            match route.scope() {
-                Scope::Public => assert_eq!(anon.status, status, "{route:?}"),
-                _ => assert_eq!(error_code(&anon).as_deref(), Some("auth"), "{route:?}"),
-            }
-            match route.scope() {
-                Scope::Full => {
-                    assert_eq!(
-                        error_code(&scoped).as_deref(),
-                        Some("forbidden"),
-                        "{route:?}"
-                    );
-                    assert_eq!(scoped.route, route.template());
-                }
-                _ => assert_eq!(scoped.status, status, "{route:?}"),
-            }
-        }
-    }
-
-    #[test]
-    fn every_route_refuses_query_parameters_it_does_not_read() {
-        let (_d, app) = app();
-        for &route in Route::ALL {
-            let resp = send(&app, route, Some(FULL), "?bogus=1");
-            let text = String::from_utf8_lossy(&resp.body);
-            assert_eq!(resp.status, 400, "{route:?}: {text}");
-            assert!(
-                text.contains("unknown query parameter `bogus`"),
-                "{route:?}: {text}"
-            );
-            assert_eq!(resp.route, route.template());
-            // Each parameter it does read is admitted (its value is the handler's to judge).
-            let known: Vec<String> = route.query().iter().map(|p| format!("{p}=")).collect();
-            let resp = send(&app, route, Some(FULL), &format!("?{}", known.join("&")));
-            let text = String::from_utf8_lossy(&resp.body);
-            assert!(
-                !text.contains("unknown query parameter"),
-                "{route:?}: {text}"
-            );
-        }
-    }
-
-    #[test]
-    fn a_ticket_gives_no_more_than_the_token_that_minted_it() {
-        let (_d, app) = app();
-        let admit = |ticket: &str, path: &str| {
-            let raw = format!(
-                "GET {path}?follow=true&ticket={ticket} HTTP/1.1\r\nAccept: text/event-stream\r\n\r\n"
-            );
-            app.check(&parse_head(raw.as_bytes(), 100).unwrap())
-        };
-        let path = format!("/v1/jobs/{UNKNOWN_JOB}/log");
-        for scoped in [true, false] {
-            let (t, _) = app.issue_ticket(path.clone(), scoped).unwrap();
-            let a = admit(&t, &path).unwrap();
-            assert_eq!(
-                (a.route, a.scoped, a.trusted),
-                (Route::JobLog, scoped, true)
-            );
-            // Single use.
-            let again = admit(&t, &path).unwrap_err();
-            assert_eq!(error_code(&again).as_deref(), Some("auth"));
-        }
-        // A scoped ticket for a route of the full token only is refused, and stays unused.
-        let (t, _) = app.issue_ticket("/v1/events".into(), true).unwrap();
-        let raw =
-            format!("GET /v1/events?ticket={t} HTTP/1.1\r\nAccept: text/event-stream\r\n\r\n");
-        let head = parse_head(raw.as_bytes(), 100).unwrap();
-        let r = app.check(&head).unwrap_err();
-        assert_eq!(error_code(&r).as_deref(), Some("forbidden"));
-        assert!(app.tickets.peek(&t, std::time::Instant::now()).is_some());
     }
 }

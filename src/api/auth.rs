@@ -5,16 +5,15 @@
 //! and read jobs, and read or set the env. The check is strict on purpose: exactly one
 //! `Authorization: Bearer <token>` header, compared in constant time, and never a token in
 //! the URL (URLs end up in logs and shell histories). A browser, which cannot set that
-//! header on a WebSocket or an `EventSource`, gets [`Tickets`] instead: single use, short
+//! header on a WebSocket or an `EventSource`, gets [`crate::http::auth::Tickets`] instead: single use, short
 //! lived, for one request path.
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
+pub use crate::http::auth::ct_eq;
 use crate::model::error::{Error, Result};
 
 /// The generated token's file name under the state root.
@@ -143,118 +142,6 @@ impl Tokens {
         }
         None
     }
-}
-
-/// How long a ticket is valid.
-pub const TICKET_TTL: Duration = Duration::from_secs(60);
-/// The most tickets outstanding at once.
-const MAX_TICKETS: usize = 1024;
-
-/// Single-use credentials that open one request each, for a browser: neither a WebSocket
-/// nor an `EventSource` can set the bearer header. Each names the one request path it
-/// opens and carries the access of the token that minted it, never more. Kept in memory
-/// only: a restart of the server forgets them all (a page mints another).
-#[derive(Default)]
-pub struct Tickets {
-    live: Mutex<Vec<Ticket>>,
-}
-
-struct Ticket {
-    value: String,
-    /// The request path it opens, as sent (`/v1/events`, `/v1/jobs/{id}/log`, ...).
-    path: String,
-    access: Access,
-    expires: Instant,
-}
-
-/// What a live ticket opens, and with what access.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TicketFor {
-    pub path: String,
-    pub access: Access,
-}
-
-impl std::fmt::Debug for Tickets {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Tickets([redacted])")
-    }
-}
-
-impl Tickets {
-    /// A new ticket for `path` (256 random bits as hex, single use, valid [`TICKET_TTL`]
-    /// from `now`) with `access`, and when it expires.
-    pub fn issue(&self, path: String, access: Access, now: Instant) -> Result<(String, Instant)> {
-        let mut random = [0u8; 32];
-        crate::os::proc::random_bytes(&mut random).map_err(|e| Error::io("random ticket", e))?;
-        let value = crate::model::id::hex(&random);
-        let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
-        live.retain(|t| t.expires > now);
-        if live.len() >= MAX_TICKETS {
-            return Err(Error::RateLimited(format!(
-                "{MAX_TICKETS} tickets are outstanding, the most at once; use some or let them \
-                 expire ({} s)",
-                TICKET_TTL.as_secs()
-            )));
-        }
-        let expires = now + TICKET_TTL;
-        live.push(Ticket {
-            value: value.clone(),
-            path,
-            access,
-            expires,
-        });
-        Ok((value, expires))
-    }
-
-    /// What the ticket `given` opens, if it is live at `now`; it stays live (see
-    /// [`Tickets::take`]), so that a request refused for anything else does not use it up.
-    pub fn peek(&self, given: &str, now: Instant) -> Option<TicketFor> {
-        let live = self.live.lock().unwrap_or_else(|e| e.into_inner());
-        let i = find(&live, given, now)?;
-        Some(TicketFor {
-            path: live[i].path.clone(),
-            access: live[i].access,
-        })
-    }
-
-    /// Uses the ticket `given` up; false if it is not live at `now` (a concurrent request
-    /// took it first, or it expired meanwhile).
-    pub fn take(&self, given: &str, now: Instant) -> bool {
-        let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
-        live.retain(|t| t.expires > now);
-        match find(&live, given, now) {
-            Some(i) => {
-                live.swap_remove(i);
-                true
-            }
-            None => false,
-        }
-    }
-}
-
-/// The index of the live ticket `given`. Every ticket is compared, each in constant time,
-/// so the time taken tells nothing about how close a guess came.
-fn find(live: &[Ticket], given: &str, now: Instant) -> Option<usize> {
-    let mut hit = None;
-    for (i, t) in live.iter().enumerate() {
-        if ct_eq(t.value.as_bytes(), given.as_bytes()) && t.expires > now {
-            hit = Some(i);
-        }
-    }
-    hit
-}
-
-/// Compares two byte strings in time that depends on their lengths only.
-pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
-    // Lengths are public (a token's length is no secret); the bytes are compared in full.
-    let mut diff = u8::from(a.len() != b.len());
-    for i in 0..a.len().max(b.len()) {
-        let x = a.get(i).copied().unwrap_or(0);
-        let y = b.get(i).copied().unwrap_or(0);
-        diff |= x ^ y;
-    }
-    // Keeps the optimizer from turning the loop into an early exit.
-    std::hint::black_box(diff) == 0
 }
 
 /// Reads a token from a file that follows the secret-file rules (regular, owned by the
@@ -410,18 +297,6 @@ mod tests {
     }
 
     #[test]
-    fn constant_time_compare_is_equality() {
-        assert!(ct_eq(b"", b""));
-        assert!(ct_eq(b"abc", b"abc"));
-        assert!(!ct_eq(b"abc", b"abd"));
-        assert!(!ct_eq(b"abc", b"ab"));
-        assert!(!ct_eq(b"ab", b"abc"));
-        assert!(!ct_eq(b"", b"a"));
-        // Lengths that differ by a multiple of 256 must not wrap to "equal".
-        assert!(!ct_eq(&[0u8; 256], b""));
-    }
-
-    #[test]
     fn the_two_tokens_differ() {
         assert!(Tokens::new(FULL.into(), Some(FULL.into())).is_err());
     }
@@ -460,57 +335,5 @@ mod tests {
         write(FULL, 0o640);
         let e = read_token_file(&p, "token file").unwrap_err();
         assert!(!e.message().contains(FULL));
-    }
-
-    #[test]
-    fn tickets_are_single_use_and_expire() {
-        let t = Tickets::default();
-        let now = Instant::now();
-        let (a, expires) = t.issue("/v1/events".into(), Access::Full, now).unwrap();
-        assert_eq!(expires - now, TICKET_TTL);
-        assert!(TICKET_TTL <= Duration::from_secs(60));
-        assert_eq!(a.len(), 64);
-        let (b, _) = t
-            .issue("/v1/jobs/x/log".into(), Access::Scoped, now)
-            .unwrap();
-        assert_ne!(a, b);
-        // Looking does not use it up; taking does, once.
-        let want = TicketFor {
-            path: "/v1/events".into(),
-            access: Access::Full,
-        };
-        assert_eq!(t.peek(&a, now), Some(want.clone()));
-        assert_eq!(t.peek(&a, now), Some(want));
-        assert!(t.take(&a, now));
-        assert!(!t.take(&a, now));
-        assert_eq!(t.peek(&a, now), None);
-        assert_eq!(t.peek(&b, now).unwrap().access, Access::Scoped);
-        // Expired: neither seen nor taken, at the very instant it expires.
-        let later = now + TICKET_TTL;
-        assert_eq!(t.peek(&b, later), None);
-        assert!(!t.take(&b, later));
-        assert!(t.peek(&b, later - Duration::from_millis(1)).is_none());
-        // Near misses are not tickets.
-        let (c, _) = t.issue("/v1/events".into(), Access::Full, now).unwrap();
-        for near in [&c[..63], &format!("{c}0"), &c.to_uppercase(), ""] {
-            assert_eq!(t.peek(near, now), None, "{near}");
-        }
-    }
-
-    #[test]
-    fn outstanding_tickets_are_bounded() {
-        let t = Tickets::default();
-        let now = Instant::now();
-        for _ in 0..MAX_TICKETS {
-            t.issue("/v1/events".into(), Access::Full, now).unwrap();
-        }
-        let e = t.issue("/v1/events".into(), Access::Full, now).unwrap_err();
-        assert!(matches!(e, Error::RateLimited(_)), "{e:?}");
-        // Expired ones make room.
-        assert!(
-            t.issue("/v1/events".into(), Access::Full, now + TICKET_TTL)
-                .is_ok()
-        );
-        assert!(!format!("{t:?}").contains('0'));
     }
 }

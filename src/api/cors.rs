@@ -16,8 +16,9 @@
 //! `fetch` that sends `Authorization` (minting a ticket) always asks first.
 
 use super::routes::{Matched, Route};
+use crate::http::auth::{Origins, shown};
 use crate::http::{Head, Response};
-use crate::model::error::{Error, Result};
+use crate::model::error::Error;
 
 /// The request headers a page may send on these routes.
 pub const ALLOWED_HEADERS: &[&str] = &[
@@ -38,106 +39,6 @@ pub fn for_browsers(route: Route) -> bool {
         route,
         Route::Events | Route::EventsTicket | Route::JobLog | Route::LogTicket | Route::PtyTicket
     )
-}
-
-/// The browser origins allowed to use tickets and CORS, each as a browser serializes it
-/// (`scheme://host[:port]`, lowercase, without a default port).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Origins(Vec<String>);
-
-impl Origins {
-    /// Parses `--allowed-origin` values; a value that is not an origin is refused with
-    /// what is wrong, so a typo does not silently lock every page out.
-    pub fn parse(values: &[String]) -> Result<Origins> {
-        let mut list = Vec::new();
-        for v in values {
-            let o = normalize(v).map_err(|why| {
-                Error::Invalid(format!(
-                    "--allowed-origin {}: {why}; write it as a browser sends it, e.g. \
-                     https://app.example.com or http://127.0.0.1:8080",
-                    shown(v)
-                ))
-            })?;
-            if !list.contains(&o) {
-                list.push(o);
-            }
-        }
-        Ok(Origins(list))
-    }
-
-    /// True if `origin` (an `Origin` header's value) is one of them.
-    pub fn allows(&self, origin: &str) -> bool {
-        normalize(origin).is_ok_and(|o| self.0.contains(&o))
-    }
-
-    /// True when none is allowed.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-/// An origin as browsers serialize it, or why `v` is not one.
-fn normalize(v: &str) -> std::result::Result<String, &'static str> {
-    let v = v.trim().trim_end_matches('/').to_ascii_lowercase();
-    if v == "null" {
-        return Err("`null` is the origin of sandboxed and local pages, any of them anywhere");
-    }
-    if v == "*" {
-        return Err("a wildcard would let every page in: name each origin");
-    }
-    let (scheme, rest) = v
-        .split_once("://")
-        .ok_or("an origin is scheme://host[:port]")?;
-    if scheme.is_empty()
-        || !scheme.starts_with(|c: char| c.is_ascii_alphabetic())
-        || !scheme
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
-    {
-        return Err("the scheme is not one");
-    }
-    if rest.contains(['/', '?', '#', '@']) {
-        return Err("an origin has no path, query, fragment or user name");
-    }
-    // `[v6]` or a name, then `:port` or nothing.
-    let (host, port) = if rest.starts_with('[') {
-        let end = rest.find(']').map_or(rest.len(), |i| i + 1);
-        let (h, p) = rest.split_at(end);
-        match p {
-            "" => (h, None),
-            p => (h, Some(p.strip_prefix(':').ok_or("the host is not one")?)),
-        }
-    } else {
-        match rest.split_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (rest, None),
-        }
-    };
-    let host_ok = if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
-        !inner.is_empty()
-            && inner
-                .chars()
-                .all(|c| c.is_ascii_hexdigit() || ":.".contains(c))
-    } else {
-        !host.is_empty()
-            && host
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-._~".contains(c))
-    };
-    if !host_ok {
-        return Err("the host is not one");
-    }
-    let port = match port {
-        None => None,
-        Some(p) => match p.parse::<u16>() {
-            Ok(n) if n > 0 && p.bytes().all(|b| b.is_ascii_digit()) => Some(n),
-            _ => return Err("the port is not a number from 1 to 65535"),
-        },
-    };
-    Ok(match (scheme, port) {
-        ("http", Some(80)) | ("https", Some(443)) | (_, None) => format!("{scheme}://{host}"),
-        (_, Some(p)) => format!("{scheme}://{host}:{p}"),
-    })
 }
 
 /// The route a request's method and path name, if one (`HEAD` is its `GET`'s).
@@ -188,7 +89,7 @@ pub fn preflight(origins: &Origins, head: &Head) -> Response {
             resp
         }
         Err((e, route)) => {
-            let mut resp = super::app::error_response(e.into());
+            let mut resp = super::answer::error_response(e.into());
             resp.route = route.map_or("", Route::template);
             resp
         }
@@ -284,15 +185,6 @@ pub fn refused(origin: &str, what: &str) -> String {
     }
 }
 
-/// At most 80 characters of a value sent by a client, without controls.
-fn shown(v: &str) -> String {
-    let mut s: String = v.chars().take(80).filter(|c| !c.is_control()).collect();
-    if v.chars().count() > 80 {
-        s.push('…');
-    }
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -310,58 +202,14 @@ mod tests {
     }
 
     fn origins() -> Origins {
-        Origins::parse(&[
-            "https://App.example/".into(),
-            "http://127.0.0.1:8080".into(),
-        ])
+        Origins::parse(
+            &[
+                "https://App.example/".into(),
+                "http://127.0.0.1:8080".into(),
+            ],
+            "--allowed-origin",
+        )
         .unwrap()
-    }
-
-    #[test]
-    fn origins_are_normalized_as_browsers_send_them() {
-        let o = origins();
-        assert!(o.allows("https://app.example"));
-        assert!(o.allows("https://APP.example:443"));
-        assert!(o.allows("http://127.0.0.1:8080"));
-        for no in [
-            "http://app.example",
-            "https://app.example:8443",
-            "https://app.example.evil",
-            "http://127.0.0.1",
-            "null",
-            "",
-            "https://app.example/x",
-        ] {
-            assert!(!o.allows(no), "{no}");
-        }
-        let v6 = Origins::parse(&["http://[::1]:3000".into()]).unwrap();
-        assert!(v6.allows("http://[::1]:3000"));
-        assert!(!v6.allows("http://[::1]"));
-        assert_eq!(
-            Origins::parse(&["http://x:80".into(), "http://x".into()]).unwrap(),
-            Origins(vec!["http://x".into()])
-        );
-    }
-
-    #[test]
-    fn values_that_are_not_origins_are_refused_clearly() {
-        for (bad, why) in [
-            ("app.example", "scheme://host"),
-            ("https://app.example/path", "no path"),
-            ("https://user@app.example", "no path"),
-            ("https://app.example:0", "port"),
-            ("https://app.example:99999", "port"),
-            ("https://app.example:+1", "port"),
-            ("https://", "host"),
-            ("https://a b", "host"),
-            ("null", "sandboxed"),
-            ("*", "wildcard"),
-            ("1http://x", "scheme"),
-        ] {
-            let e = Origins::parse(&[bad.into()]).unwrap_err();
-            assert!(e.message().contains(why), "{bad}: {}", e.message());
-            assert!(e.message().contains("--allowed-origin"), "{bad}");
-        }
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! `docs/openapi.json` lists exactly these routes (a test checks it).
 
 use super::handlers::{self, Handle};
+use Handle::{Json, Stream, Text, Upgrade, Upload};
 
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,7 +22,7 @@ pub enum Scope {
 /// [`Route::ALL`], cannot compile.
 macro_rules! routes {
     ($($(#[doc = $doc:literal])* $name:ident = $method:literal $template:literal, $scope:ident,
-        [$($param:literal),*], $handler:path;)*) => {
+        [$($param:literal),*], $kind:ident($($handler:path),+);)*) => {
         /// A route the server answers.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub enum Route {
@@ -60,10 +61,10 @@ macro_rules! routes {
                 }
             }
 
-            /// The function that answers it.
+            /// The function that answers it, and what kind of answer it makes.
             pub(super) fn handler(self) -> Handle {
                 match self {
-                    $(Route::$name => $handler,)*
+                    $(Route::$name => $kind($($handler),+),)*
                 }
             }
         }
@@ -75,62 +76,96 @@ macro_rules! routes {
 
 routes! {
     /// `{"ok": true, "version"}`, for liveness probes.
-    Health = "GET" "/v1/health", Public, [], handlers::health::get;
+    Health = "GET" "/v1/health", Public, [], Json(handlers::health::get);
     /// Start a job, and wait for its end unless told otherwise.
-    StartJob = "POST" "/v1/jobs", Scoped, [], handlers::jobs::start;
+    StartJob = "POST" "/v1/jobs", Scoped, [], Json(handlers::jobs::start);
     /// A page of the job records, newest first.
-    ListJobs = "GET" "/v1/jobs", Scoped, ["status", "limit", "cursor"], handlers::jobs::list;
+    ListJobs = "GET" "/v1/jobs", Scoped, ["status", "limit", "cursor"], Json(handlers::jobs::list);
     /// One record plus its output tail; long-polls for the end on request.
-    GetJob = "GET" "/v1/jobs/{id}", Scoped, ["waitSeconds"], handlers::jobs::get;
+    GetJob = "GET" "/v1/jobs/{id}", Scoped, ["waitSeconds"], Json(handlers::jobs::get);
     /// A page of a job's output.
-    JobOutput = "GET" "/v1/jobs/{id}/output", Scoped, ["offset", "limit", "waitSeconds"],
-        handlers::output::page;
+    JobOutput = "GET" "/v1/jobs/{id}/output", Scoped, ["offset", "limit", "waitSeconds", "stream"],
+        Json(handlers::output::page);
     /// The whole stored output as plain text, streamed; one byte range; or followed.
-    JobLog = "GET" "/v1/jobs/{id}/log", Scoped, ["follow", "ticket"], handlers::log::get;
+    JobLog = "GET" "/v1/jobs/{id}/log", Scoped, ["follow", "ticket", "stream"], Stream(handlers::log::get);
     /// A single-use ticket that opens this job's followed log without the bearer header.
-    LogTicket = "POST" "/v1/jobs/{id}/log/tickets", Scoped, [], handlers::log::ticket;
+    LogTicket = "POST" "/v1/jobs/{id}/log/tickets", Scoped, [], Json(handlers::log::ticket);
     /// TERM, then KILL, to the whole job.
-    CancelJob = "POST" "/v1/jobs/{id}/cancel", Full, [], handlers::jobs::cancel;
+    CancelJob = "POST" "/v1/jobs/{id}/cancel", Full, [], Json(handlers::jobs::cancel);
     /// Append the raw body to an interactive job's stdin (`close=true`: then close it).
-    JobStdin = "POST" "/v1/jobs/{id}/stdin", Full, ["close"], handlers::interactive::stdin;
+    JobStdin = "POST" "/v1/jobs/{id}/stdin", Full, ["close"], Upload(handlers::interactive::stdin, handlers::interactive::max_input);
     /// A terminal job over a WebSocket.
-    JobPty = "GET" "/v1/jobs/{id}/pty", Full, ["write", "ticket"], handlers::pty::get;
+    JobPty = "GET" "/v1/jobs/{id}/pty", Full, ["write", "ticket"], Upgrade(handlers::pty::switch);
     /// A single-use ticket that opens a terminal WebSocket without the bearer header.
-    PtyTicket = "POST" "/v1/jobs/{id}/pty/tickets", Full, [], handlers::pty::ticket;
+    PtyTicket = "POST" "/v1/jobs/{id}/pty/tickets", Full, [], Json(handlers::pty::ticket);
     /// Resize a terminal job's terminal.
-    JobResize = "POST" "/v1/jobs/{id}/resize", Full, [], handlers::interactive::resize;
+    JobResize = "POST" "/v1/jobs/{id}/resize", Full, [], Json(handlers::interactive::resize);
     /// The persisted env's names.
-    GetEnv = "GET" "/v1/env", Scoped, [], handlers::env::get;
+    GetEnv = "GET" "/v1/env", Scoped, [], Json(handlers::env::get);
     /// Change the persisted env.
-    SetEnv = "POST" "/v1/env", Scoped, [], handlers::env::set;
+    SetEnv = "POST" "/v1/env", Scoped, [], Json(handlers::env::set);
     /// The agent and its sandbox: version, boot, env names, job counts.
-    Sandbox = "GET" "/v1/sandbox", Scoped, [], handlers::sandbox::get;
+    Sandbox = "GET" "/v1/sandbox", Scoped, [], Json(handlers::sandbox::get);
     /// Start a server job if needed, and wait until its port answers.
-    StartPreview = "POST" "/v1/previews", Full, [], handlers::previews::start;
+    StartPreview = "POST" "/v1/previews", Full, [], Json(handlers::previews::start);
     /// The listening TCP ports.
-    ListPorts = "GET" "/v1/ports", Full, [], handlers::ports::list;
+    ListPorts = "GET" "/v1/ports", Full, [], Json(handlers::ports::list);
     /// A file's or folder's stat (lstat), as the job user.
-    FileStat = "GET" "/v1/files/stat", Full, ["path"], handlers::files::stat;
+    FileStat = "GET" "/v1/files/stat", Full, ["path"], Json(handlers::files::stat);
     /// A page of a folder's entries, names sorted.
-    ListFiles = "GET" "/v1/files/list", Full, ["path", "limit", "cursor"], handlers::files::list;
+    ListFiles = "GET" "/v1/files/list", Full, ["path", "limit", "cursor"], Json(handlers::files::list);
     /// A file's bytes, streamed (`Range` gives 206).
-    ReadFile = "GET" "/v1/files/content", Full, ["path"], handlers::files::read;
+    ReadFile = "GET" "/v1/files/content", Full, ["path"], Stream(handlers::files::read);
     /// Replace or create a file atomically with the streamed body.
     WriteFile = "PUT" "/v1/files/content", Full, ["path", "mode", "createDirs", "overwrite"],
-        handlers::files::raw;
+        Upload(handlers::files::write, handlers::files::max_upload);
     /// Create a folder.
-    MakeDir = "POST" "/v1/files/mkdir", Full, [], handlers::files::mkdir;
+    MakeDir = "POST" "/v1/files/mkdir", Full, [], Json(handlers::files::mkdir);
     /// Rename a file or folder.
-    MoveFile = "POST" "/v1/files/move", Full, [], handlers::files::rename;
+    MoveFile = "POST" "/v1/files/move", Full, [], Json(handlers::files::rename);
     /// Remove a file or folder.
-    DeleteFile = "DELETE" "/v1/files", Full, ["path", "recursive"], handlers::files::delete;
+    DeleteFile = "DELETE" "/v1/files", Full, ["path", "recursive"], Json(handlers::files::delete);
     /// Job events after a cursor; long-polls, or streams them as Server-Sent Events.
     Events = "GET" "/v1/events", Full, ["after", "waitSeconds", "limit", "jobId", "ticket"],
-        handlers::events::get;
+        Stream(handlers::events::get);
     /// A single-use ticket that opens one event stream without the bearer header.
-    EventsTicket = "POST" "/v1/events/tickets", Full, [], handlers::events::ticket;
+    EventsTicket = "POST" "/v1/events/tickets", Full, [], Json(handlers::events::ticket);
     /// Counters and gauges in the Prometheus text format.
-    Metrics = "GET" "/v1/metrics", Full, [], handlers::metrics::get;
+    Metrics = "GET" "/v1/metrics", Full, [], Text(handlers::metrics::get);
+    /// Mint a preview grant (or get the live one for the same port and identity) and a token.
+    MintGrant = "POST" "/v1/previews/grants", Scoped, [], Json(handlers::grants::mint);
+    /// Every preview grant, with its open connections.
+    ListGrants = "GET" "/v1/previews/grants", Scoped, [], Json(handlers::grants::list);
+    /// Another one-shot token for a live grant.
+    GrantToken = "POST" "/v1/previews/grants/{id}/tokens", Scoped, [], Json(handlers::grants::token);
+    /// Revoke a grant: its requests get 401 and its open connections close.
+    RevokeGrant = "POST" "/v1/previews/grants/{id}/revoke", Full, [], Json(handlers::grants::revoke);
+    /// Make a session: a folder and variables that carry from one command to the next.
+    CreateSession = "POST" "/v1/sessions", Scoped, [], Json(handlers::sessions::create);
+    /// Every session, names of its variables only.
+    ListSessions = "GET" "/v1/sessions", Scoped, [], Json(handlers::sessions::list);
+    /// One session.
+    GetSession = "GET" "/v1/sessions/{id}", Scoped, [], Json(handlers::sessions::get);
+    /// Remove a session, cancelling its running command.
+    DeleteSession = "DELETE" "/v1/sessions/{id}", Full, [], Json(handlers::sessions::delete);
+    /// Start the session's next command (one at a time), answered as a job start.
+    StartSessionJob = "POST" "/v1/sessions/{id}/jobs", Scoped, [], Json(handlers::sessions::start);
+    /// A signal to a running job's process group, or to every process of it.
+    SignalJob = "POST" "/v1/jobs/{id}/signal", Full, [], Json(handlers::signal::send);
+    /// A folder as one tar or tar.gz archive, streamed.
+    GetArchive = "GET" "/v1/files/archive", Full, ["path", "format"], Stream(handlers::archive::get);
+    /// Unpack a streamed tar or tar.gz archive into a folder, all or nothing.
+    PutArchive = "PUT" "/v1/files/archive", Full, ["path", "format"],
+        Upload(handlers::archive::put, handlers::archive::max_body);
+    /// Start watching a folder (as the job user); its changes are kept in a journal.
+    CreateWatch = "POST" "/v1/files/watches", Full, [], Json(handlers::watches::create);
+    /// The file watches.
+    ListWatches = "GET" "/v1/files/watches", Full, [], Json(handlers::watches::list);
+    /// Stop a file watch and forget its journal.
+    DeleteWatch = "DELETE" "/v1/files/watches/{id}", Full, [], Json(handlers::watches::delete);
+    /// A watch's changes after a cursor; long-polls, or streams them as Server-Sent Events.
+    WatchEvents = "GET" "/v1/files/watches/{id}/events", Full, ["after", "waitSeconds", "limit"],
+        Stream(handlers::watches::events);
 }
 
 /// What a request's method and path resolve to.
@@ -276,6 +311,13 @@ mod tests {
                 ("GET", "/v1/env"),
                 ("POST", "/v1/env"),
                 ("GET", "/v1/sandbox"),
+                ("POST", "/v1/previews/grants"),
+                ("GET", "/v1/previews/grants"),
+                ("POST", "/v1/previews/grants/{id}/tokens"),
+                ("POST", "/v1/sessions"),
+                ("GET", "/v1/sessions"),
+                ("GET", "/v1/sessions/{id}"),
+                ("POST", "/v1/sessions/{id}/jobs"),
             ]
         );
     }
@@ -283,23 +325,35 @@ mod tests {
     /// The JSON body fields a route reads (`None`: it reads no body at all).
     fn body_fields(route: Route) -> Option<&'static [&'static str]> {
         use crate::api::request::{
-            ENV_FIELDS, MKDIR_FIELDS, MOVE_FIELDS, PREVIEW_FIELDS, RESIZE_FIELDS, START_FIELDS,
+            ENV_FIELDS, MKDIR_FIELDS, MOVE_FIELDS, PREVIEW_FIELDS, RESIZE_FIELDS, SIGNAL_FIELDS,
+            START_FIELDS,
         };
+        use crate::api::request::{SESSION_FIELDS, session_job_fields};
         match route {
             Route::StartJob => Some(START_FIELDS),
             Route::SetEnv => Some(ENV_FIELDS),
             Route::StartPreview => Some(PREVIEW_FIELDS),
+            Route::MintGrant => Some(crate::api::request::GRANT_FIELDS),
+            Route::GrantToken | Route::RevokeGrant => Some(&[]),
             Route::CancelJob => Some(&[]),
             Route::JobResize => Some(RESIZE_FIELDS),
+            Route::SignalJob => Some(SIGNAL_FIELDS),
             Route::JobStdin | Route::JobPty => None,
             Route::PtyTicket | Route::LogTicket | Route::EventsTicket => Some(&[]),
             Route::MakeDir => Some(MKDIR_FIELDS),
             Route::MoveFile => Some(MOVE_FIELDS),
+            Route::CreateSession => Some(SESSION_FIELDS),
+            Route::StartSessionJob => Some(session_job_fields()),
+            Route::DeleteSession => Some(&[]),
+            Route::ListSessions | Route::GetSession => None,
             Route::FileStat
             | Route::ListFiles
             | Route::ReadFile
             | Route::WriteFile
             | Route::DeleteFile => None,
+            Route::GetArchive | Route::PutArchive => None,
+            Route::CreateWatch => Some(crate::api::request::WATCH_FIELDS),
+            Route::ListWatches | Route::DeleteWatch | Route::WatchEvents => None,
             Route::Health
             | Route::ListJobs
             | Route::GetJob
@@ -309,7 +363,8 @@ mod tests {
             | Route::Sandbox
             | Route::ListPorts
             | Route::Events
-            | Route::Metrics => None,
+            | Route::Metrics
+            | Route::ListGrants => None,
         }
     }
 
@@ -317,9 +372,10 @@ mod tests {
     /// generated clients can send them, each is a documented header parameter).
     fn headers(route: Route) -> &'static [&'static str] {
         match route {
-            Route::StartJob | Route::StartPreview => &["Idempotency-Key"],
+            Route::StartJob | Route::StartPreview | Route::StartSessionJob => &["Idempotency-Key"],
             Route::JobLog => &["Range", "If-Range"],
             Route::Events => &["Accept", "Last-Event-ID"],
+            Route::WatchEvents => &["Accept", "Last-Event-ID"],
             Route::ReadFile => &["Range", "If-None-Match"],
             Route::WriteFile => &["If-Match"],
             _ => &[],

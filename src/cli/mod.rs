@@ -13,8 +13,10 @@ mod exec;
 mod exit;
 mod follow;
 mod logs;
+mod previews;
 mod print;
 mod prune;
+mod session;
 mod status;
 
 use clap::Subcommand;
@@ -47,6 +49,8 @@ pub fn after_help() -> String {
 /// every command's arguments and help up front cost `exec` some 100 us of its start.
 #[derive(Subcommand)]
 #[command(defer = true)]
+// Parsed once per run: boxing exec's flags would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Cmd {
     /// Run a shell command as a job; stream its output and exit with its status
     #[command(after_help = exec::after_help())]
@@ -69,13 +73,19 @@ pub enum Cmd {
     /// Print the journal of job events (started, ended, lost); --follow waits for more
     #[command(after_help = ENVIRONMENT)]
     Events(events::Args),
+    /// List preview grants; `previews revoke ID` takes one away
+    #[command(after_help = ENVIRONMENT)]
+    Previews(previews::Args),
+    /// Make, list or remove sessions: a folder and variables that carry between commands
+    #[command(after_help = ENVIRONMENT)]
+    Session(session::Args),
 }
 
 /// Runs one local command; `Err` is reported by the caller.
 pub fn main(cmd: Cmd) -> Result<i32> {
     if matches!(
         cmd,
-        Cmd::Status(_) | Cmd::Logs(_) | Cmd::Prune(_) | Cmd::Events(_)
+        Cmd::Status(_) | Cmd::Logs(_) | Cmd::Prune(_) | Cmd::Events(_) | Cmd::Previews(_)
     ) {
         // `status | head` should end quietly, as other Unix tools do, not panic in
         // println!. (`exec` keeps SIGPIPE ignored: a closed reader cancels its job.)
@@ -89,6 +99,8 @@ pub fn main(cmd: Cmd) -> Result<i32> {
         Cmd::Cancel(a) => cancel::run(a),
         Cmd::Prune(a) => prune::run(a),
         Cmd::Events(a) => events::run(a),
+        Cmd::Previews(a) => previews::run(a),
+        Cmd::Session(a) => session::run(a),
     }
 }
 

@@ -207,7 +207,7 @@ pub struct BodyReader<'a> {
 }
 
 impl<'a> BodyReader<'a> {
-    pub(super) fn new(
+    pub fn new(
         r: &'a mut BufReader<Stream>,
         framing: Framing,
         limits: &Limits,

@@ -72,7 +72,7 @@ impl Head {
 /// connection's first head is due `head_timeout` after the accept, so a socket that never
 /// sends a byte is closed then. Without it (a kept-alive connection between requests) the
 /// client has `idle_timeout` to begin, and `head_timeout` from its first byte.
-pub(super) fn read_head(
+pub fn read_head(
     r: &mut BufReader<Stream>,
     limits: &Limits,
     head_by: Option<Instant>,

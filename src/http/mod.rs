@@ -15,7 +15,9 @@
 //! - `encode.rs`: writing responses, and bodies streamed from their source ([`Streamed`]);
 //! - `net.rs`: the TCP and Unix sockets under all of it.
 
+pub mod auth;
 mod body;
+pub mod client;
 mod conn;
 mod encode;
 mod head;
@@ -27,7 +29,7 @@ use std::time::Duration;
 pub use body::{BodyReader, Framing, framing, parse_chunk_size};
 pub use conn::{State, run};
 pub use encode::{BodyOut, encode, reason};
-pub use head::{Head, parse_head};
+pub use head::{Head, check_host, parse_head, read_head};
 pub use net::{Listener, Stream};
 
 /// What the server accepts from clients, and how long it waits for them.

@@ -170,6 +170,13 @@ impl Stream {
     }
 }
 
+impl From<TcpStream> for Stream {
+    /// A connection accepted by a server of its own (the preview gate's listeners).
+    fn from(s: TcpStream) -> Stream {
+        Stream(Arc::new(Socket::Tcp(s)))
+    }
+}
+
 #[cfg(test)]
 impl Stream {
     pub(super) fn from_unix(s: UnixStream) -> Stream {

@@ -34,7 +34,7 @@ struct Resolved {
 
 /// The user a job runs as: the request's, else the agent's job user; none when that is
 /// the agent's own uid. Only root can start a job as someone else.
-fn resolve_user(req: &StartRequest, cfg: &Config) -> Result<Option<JobUser>> {
+pub(crate) fn resolve_user(req: &StartRequest, cfg: &Config) -> Result<Option<JobUser>> {
     let Some(name) = req.user.as_deref().or(cfg.job_user.as_deref()) else {
         return Ok(None);
     };
@@ -82,6 +82,15 @@ fn validate(req: &StartRequest, cfg: &Config) -> Result<Resolved> {
         )));
     }
     env::check_all(&req.env)?;
+    if req.separate_stderr && req.pty.is_some() {
+        return Err(Error::Invalid(
+            "separateStderr and pty exclude each other: a terminal has one stream".into(),
+        ));
+    }
+    if let Some(l) = &req.limits {
+        l.check()?;
+        crate::os::cgroup::check_limits(l).map_err(Error::Conflict)?;
+    }
     if (req.interactive || req.pty.is_some()) && req.stdin.is_some() {
         return Err(Error::Invalid(
             "stdin and interactive exclude each other: an interactive job's stdin is \
@@ -450,6 +459,13 @@ fn create_and_spawn(
         uid: user.as_ref().map(|u| u.uid),
         redactions: None,
         cgroup: None,
+        session_id: req.session.as_ref().map(|s| s.id.to_string()),
+        session_saved: None,
+        limits: req.limits.filter(|l| !l.is_empty()),
+        usage: Default::default(),
+        oom_killed: false,
+        cgroups_v1: Vec::new(),
+        stderr_bytes: req.separate_stderr.then_some(0),
         extra: Default::default(),
     };
     // The record holds only the masked command; the real one and the secret values
@@ -467,6 +483,10 @@ fn create_and_spawn(
         user,
         interactive: req.interactive || req.pty.is_some(),
         pty: req.pty,
+        session: req.session.clone(),
+        limits: req.limits.filter(|l| !l.is_empty()),
+        argv: req.argv.clone(),
+        separate_stderr: req.separate_stderr,
         record,
     };
 

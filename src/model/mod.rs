@@ -5,8 +5,11 @@ pub mod error;
 pub mod hash;
 pub mod id;
 pub mod limits;
+pub mod preview;
 pub mod record;
+pub mod resources;
 pub mod secret;
+pub mod session;
 pub mod spec;
 
 pub use id::JobId;

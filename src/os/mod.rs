@@ -15,6 +15,7 @@ pub mod probe;
 pub mod proc;
 pub mod pty;
 pub mod rename;
+pub mod resources;
 pub mod spawn;
 pub mod sweep;
 pub mod term;

@@ -118,19 +118,21 @@ impl Reserved {
     /// Writes `data` into the reserved file, now at `from`, and renames it over `to`
     /// (atomic, as [`replace`]); not synced, see [`Unsynced`]. Data longer than the room
     /// is written all the same (it may then need new blocks).
-    ///
-    /// The record it replaces need not be freed: the two names are exchanged (true in
-    /// the answer), and the old record is left at `from` for the caller to keep. On ext4
-    /// without a journal every inode freed in the last minutes is skipped, one by one, by
-    /// every later inode allocation in its block group, so a record freed per job made
-    /// each new file of every later start dearer (0.1–0.4 ms after a few thousand jobs).
-    /// Where the exchange is not supported, a plain rename (false).
-    pub fn replace(self, from: &Path, to: &Path, data: &[u8]) -> io::Result<(Unsynced, bool)> {
-        use std::os::unix::fs::FileExt;
-        self.file.write_all_at(data, 0)?;
-        if self.padded {
-            self.file.set_len(data.len() as u64)?;
-        }
+    pub fn replace(self, from: &Path, to: &Path, data: &[u8]) -> io::Result<Unsynced> {
+        self.write(data)?;
+        fs::rename(from, to)?;
+        Ok(self.unsynced(to))
+    }
+
+    /// [`Reserved::replace`], but the file it replaces is not freed: the two names are
+    /// exchanged (true in the answer), and the old file is left at `from` for the caller
+    /// to keep. On ext4 without a journal every inode freed in the last minutes is
+    /// skipped, one by one, by every later inode allocation in its block group, so a
+    /// record freed per job made each new file of every later start dearer (0.1–0.4 ms
+    /// after a few thousand jobs). Where the exchange is not supported, a plain rename
+    /// (false).
+    pub fn exchange(self, from: &Path, to: &Path, data: &[u8]) -> io::Result<(Unsynced, bool)> {
+        self.write(data)?;
         let exchanged = match crate::os::rename::exchange(from, to) {
             Ok(()) => true,
             Err(_) => {
@@ -138,13 +140,23 @@ impl Reserved {
                 false
             }
         };
-        Ok((
-            Unsynced {
-                file: self.file,
-                dir: to.parent().unwrap_or(Path::new(".")).to_path_buf(),
-            },
-            exchanged,
-        ))
+        Ok((self.unsynced(to), exchanged))
+    }
+
+    fn write(&self, data: &[u8]) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.file.write_all_at(data, 0)?;
+        if self.padded {
+            self.file.set_len(data.len() as u64)?;
+        }
+        Ok(())
+    }
+
+    fn unsynced(self, to: &Path) -> Unsynced {
+        Unsynced {
+            file: self.file,
+            dir: to.parent().unwrap_or(Path::new(".")).to_path_buf(),
+        }
     }
 
     /// [`reserve`] on a file that exists (a recycled one): emptied, then given the room.
@@ -200,7 +212,7 @@ mod tests {
             // Blocks taken, past the end or as zeros.
             assert!(m.blocks() * 512 >= 16 * 1024, "{} blocks", m.blocks());
         }
-        let (u, exchanged) = r.replace(&room, &rec, b"final").unwrap();
+        let (u, exchanged) = r.exchange(&room, &rec, b"final").unwrap();
         u.sync().unwrap();
         assert_eq!(fs::read(&rec).unwrap(), b"final");
         // The first record was not freed: it is at the room's name now (gone where the
@@ -213,7 +225,8 @@ mod tests {
             let f = OpenOptions::new().write(true).open(&room).unwrap();
             let r = Reserved::adopt(f, 8192).unwrap();
             assert_eq!(fs::read(&room).unwrap(), b"");
-            r.replace(&room, &rec, b"again").unwrap().0.sync().unwrap();
+            r.replace(&room, &rec, b"again").unwrap().sync().unwrap();
+            assert!(!room.exists());
             assert_eq!(fs::read(&rec).unwrap(), b"again");
         } else {
             assert!(!room.exists());
@@ -226,7 +239,7 @@ mod tests {
         // More than the room is still written whole.
         let r = reserve(&room, 4, 0o600).unwrap();
         let big = vec![b'x'; 100_000];
-        r.replace(&room, &rec, &big).unwrap().0.sync().unwrap();
+        r.replace(&room, &rec, &big).unwrap().sync().unwrap();
         assert_eq!(fs::read(&rec).unwrap(), big);
     }
 

@@ -58,6 +58,14 @@ pub const SANDBOX_FILE: &str = "sandbox.json";
 /// `crate::state::livesecrets`).
 pub const SECRETS_DIR: &str = "secrets";
 
+/// Under the root: one folder per session (see `crate::state::sessions`), holding
+/// [`SESSION_META`] and [`SESSION_STATE`].
+pub const SESSIONS_DIR: &str = "sessions";
+/// A session's own record.
+pub const SESSION_META: &str = "session.json";
+/// What a session carries from one command to the next (variable values: never returned).
+pub const SESSION_STATE: &str = "state.json";
+
 /// In an interactive job's folder while it runs: its control socket (see
 /// `crate::job::control`).
 pub const CONTROL_SOCKET: &str = "control.sock";
@@ -79,3 +87,9 @@ pub fn default_root() -> PathBuf {
         .unwrap_or_else(|| "/root".into());
     PathBuf::from(home).join(".gitterm")
 }
+/// In a job folder: one line per signal a request sent to the job (`SIGNAL TARGET`), for
+/// the final record's reason.
+pub const SIGNALS: &str = "signals";
+/// In a job folder: the job's standard error alone, for a job started with
+/// `separateStderr` (sanitized and redacted as output.log is).
+pub const STDERR: &str = "stderr.log";

@@ -4,8 +4,11 @@
 pub mod envstore;
 pub mod events;
 pub mod fsutil;
+pub mod grants;
 pub mod idempotency;
 pub mod layout;
 pub mod livesecrets;
 pub mod sandbox;
+pub mod sessions;
 pub mod store;
+pub mod watches;

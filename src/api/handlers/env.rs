@@ -9,7 +9,7 @@ use crate::api::request;
 use crate::state::envstore::Setter;
 
 pub fn get(app: &App, _: &Call<'_>) -> Reply {
-    Ok(json!({"names": app.env().names()?}).into())
+    Ok(json!({"names": app.env().names()?}))
 }
 
 pub fn set(app: &App, call: &Call<'_>) -> Reply {
@@ -20,5 +20,5 @@ pub fn set(app: &App, call: &Call<'_>) -> Reply {
         Setter::Full
     };
     let names = app.env().apply(&b.set, &b.unset, b.replace, by)?;
-    Ok(json!({ "names": names }).into())
+    Ok(json!({ "names": names }))
 }

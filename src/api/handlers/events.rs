@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{Call, Failure, Reply};
+use super::{Answer, Call, Reply};
+use crate::api::answer::json_response;
 use crate::api::app::App;
 use crate::api::request;
 use crate::http::{Response, Streamed};
@@ -46,8 +47,16 @@ fn job_filter(call: &Call<'_>) -> Result<Option<String>> {
         .transpose()
 }
 
+/// `GET /v1/events`: the event stream if the client asks for one, else the long-poll.
+pub fn get(app: &App, call: &Call<'_>) -> Answer {
+    if wants_stream(call) {
+        return stream(app, call);
+    }
+    poll(app, call).map(|v| json_response(200, &v))
+}
+
 /// The long-poll: `{"events": [...], "next"}`.
-pub fn get(app: &App, call: &Call<'_>) -> Reply {
+fn poll(app: &App, call: &Call<'_>) -> Reply {
     let q = call.query;
     let journal = &app.feed.journal;
     let limit = q.uint("limit", 1, MAX_LIMIT)?.unwrap_or(DEFAULT_LIMIT) as usize;
@@ -69,11 +78,11 @@ pub fn get(app: &App, call: &Call<'_>) -> Reply {
         }
     }
     let events: Vec<Value> = page.events.iter().map(|e| e.to_json()).collect();
-    Ok(json!({"events": events, "next": journal.cursor(page.next)}).into())
+    Ok(json!({"events": events, "next": journal.cursor(page.next)}))
 }
 
 /// True if the client asks for Server-Sent Events.
-pub fn wants_stream(call: &Call<'_>) -> bool {
+fn wants_stream(call: &Call<'_>) -> bool {
     accepts_stream(call.head)
 }
 
@@ -88,13 +97,13 @@ pub fn accepts_stream(head: &crate::http::Head) -> bool {
 pub fn ticket(app: &App, call: &Call<'_>) -> Reply {
     request::no_body(call.body)?;
     let (ticket, expires) = app.issue_ticket("/v1/events".into(), call.scoped)?;
-    Ok(json!({"ticket": ticket, "expiresAt": crate::text::timefmt::rfc3339(expires)}).into())
+    Ok(json!({"ticket": ticket, "expiresAt": crate::text::timefmt::rfc3339(expires)}))
 }
 
 /// The stream: `retry:`, then each event as `id: CURSOR`, `event: TYPE`, `data: JSON`,
 /// and a comment every [`HEARTBEAT`] when nothing happens. `Last-Event-ID` (else
 /// `after`) says where to resume.
-pub fn stream(app: &App, call: &Call<'_>) -> std::result::Result<Response, Failure> {
+fn stream(app: &App, call: &Call<'_>) -> Answer {
     let journal = app.feed.journal.clone();
     let job = job_filter(call)?;
     let resume = call
@@ -126,8 +135,8 @@ pub fn stream(app: &App, call: &Call<'_>) -> std::result::Result<Response, Failu
 /// The event stream's source: holds its place among the waiting requests while it runs.
 struct Sse {
     _slot: crate::api::app::WaitSlot,
-    feed: std::sync::Arc<crate::api::feed::Feed>,
-    hub: std::sync::Arc<crate::api::watch::Hub>,
+    feed: std::sync::Arc<crate::api::journal::Feed>,
+    hub: std::sync::Arc<crate::api::waits::Hub>,
     journal: crate::state::events::Journal,
     job: Option<String>,
     at: u64,

@@ -15,9 +15,6 @@ use crate::http::{BodyOut, Response, Source, Streamed, fault_of};
 use crate::model::error::{Error, Result};
 use crate::os::files::{self as fs, FinalLink, Guard, Intent, Place, WriteError, WriteOpts};
 
-/// The default `serve --max-file-bytes`: 4 GiB.
-pub const DEFAULT_MAX_FILE_BYTES: u64 = 4 << 30;
-
 /// Removes stray upload files (ours, over an hour old) that a crash left in the job
 /// user's HOME and in /tmp. Uploads fill an unnamed file (`O_TMPFILE`) and name it only for
 /// the moment before the rename, so a named one survives a crash only in that moment, or
@@ -36,12 +33,12 @@ pub fn sweep_at_start(cfg: &crate::model::spec::Config) -> usize {
 }
 
 /// Who the operations run as: the job user's ids and home.
-struct Who {
-    creds: Option<(u32, u32, Vec<u32>)>,
-    home: String,
+pub(in crate::api) struct Who {
+    pub(in crate::api) creds: Option<(u32, u32, Vec<u32>)>,
+    pub(in crate::api) home: String,
 }
 
-fn who(app: &App) -> Result<Who> {
+pub(in crate::api) fn who(app: &App) -> Result<Who> {
     match app.cfg.job_user.as_deref() {
         Some(name) => {
             let u = crate::os::users::lookup(name)?;
@@ -59,7 +56,10 @@ fn who(app: &App) -> Result<Who> {
 }
 
 /// Runs `f` as the job user with the state root's guard.
-fn run<R: Send>(app: &App, f: impl FnOnce(&Guard, &str) -> Result<R> + Send) -> Result<R> {
+pub(super) fn run<R: Send>(
+    app: &App,
+    f: impl FnOnce(&Guard, &str) -> Result<R> + Send,
+) -> Result<R> {
     let w = who(app)?;
     let creds = w.creds.as_ref().map(|(u, g, gs)| (*u, *g, gs.as_slice()));
     let home = w.home.as_str();
@@ -72,7 +72,7 @@ fn run<R: Send>(app: &App, f: impl FnOnce(&Guard, &str) -> Result<R> + Send) -> 
 }
 
 /// A path argument, absolute or relative to `home`.
-fn full_path(raw: Option<&str>, what: &str, home: &str) -> Result<String> {
+pub(super) fn full_path(raw: Option<&str>, what: &str, home: &str) -> Result<String> {
     let p = raw.ok_or_else(|| Error::Invalid(format!("{what} is missing")))?;
     if p.is_empty() {
         return Err(Error::Invalid(format!("{what} is empty")));
@@ -101,7 +101,7 @@ fn full_path(raw: Option<&str>, what: &str, home: &str) -> Result<String> {
 }
 
 /// An I/O error as the contract's error, naming the path.
-fn fs_error(e: io::Error, path: &str) -> Error {
+pub(super) fn fs_error(e: io::Error, path: &str) -> Error {
     if fs::is_forbidden(&e) {
         return Error::Forbidden(format!("{path}: {e}"));
     }
@@ -173,8 +173,7 @@ pub fn stat(app: &App, call: &Call<'_>) -> Reply {
             .map_err(|e| fs_error(e, &path))?;
         let st = existing(&p, &path)?;
         Ok(stat_json(&path, &p, st))
-    })?
-    .into())
+    })?)
 }
 
 /// `GET /v1/files/list?path=P&limit=N&cursor=C`: one level, names sorted bytewise; the
@@ -208,8 +207,7 @@ pub fn list(app: &App, call: &Call<'_>) -> Reply {
         }
         let next = more.then(|| page.last().map(|n| hex(n))).flatten();
         Ok(json!({"entries": entries, "next": next}))
-    })?
-    .into())
+    })?)
 }
 
 fn hex(b: &[u8]) -> String {
@@ -226,10 +224,9 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// The table's entry for the upload route, which [`App`] answers itself with [`write`]:
-/// its body is streamed, not held.
-pub fn raw(_: &App, _: &Call<'_>) -> Reply {
-    Err(Error::Internal("the upload route is answered by write".into()).into())
+/// The largest file an upload may write: `--max-file-bytes`.
+pub fn max_upload(app: &App) -> u64 {
+    app.max_file_bytes
 }
 
 /// A `Range` header's one range (`bytes=a-b`, `a-`, `-n`) within `size`: `Ok(None)` for no
@@ -271,7 +268,7 @@ fn range(h: Option<&str>, size: u64) -> std::result::Result<Option<(u64, u64)>, 
 
 /// `GET /v1/files/content?path=P`: the bytes, streamed from the open file; a file of
 /// procfs or sysfs (whose size is made up) to its end, chunked.
-pub fn read(app: &App, call: &Call<'_>) -> Reply {
+pub fn read(app: &App, call: &Call<'_>) -> Answer {
     let (file, st) = run(app, |g, home| {
         let path = full_path(call.query.get("path"), "path", home)?;
         let err = |e| fs_error(e, &path);
@@ -308,7 +305,7 @@ pub fn read(app: &App, call: &Call<'_>) -> Reply {
             Vec::new(),
         );
         resp.stream = Some(Streamed::Chunks(Box::new(ToEnd(file))));
-        return Ok(Answer::Response(resp));
+        return Ok(resp);
     }
     let size = st.st_size as u64;
     if call.head.none_match(&fs::etag(&st)) {
@@ -318,7 +315,7 @@ pub fn read(app: &App, call: &Call<'_>) -> Reply {
             ("ETag", fs::etag(&st)),
             ("Cache-Control", "no-store".into()),
         ];
-        return Ok(Answer::Response(Response::new(304, tag, Vec::new())));
+        return Ok(Response::new(304, tag, Vec::new()));
     }
     let mut resp = Response::new(
         200,
@@ -341,7 +338,7 @@ pub fn read(app: &App, call: &Call<'_>) -> Reply {
             (start, len)
         }
         Err(()) => {
-            let mut r = crate::api::app::error_response(
+            let mut r = crate::api::answer::error_response(
                 Error::Invalid(format!(
                     "the Range cannot be satisfied: the file has {size} bytes"
                 ))
@@ -349,11 +346,11 @@ pub fn read(app: &App, call: &Call<'_>) -> Reply {
             );
             r.status = 416;
             r.headers.push(("Content-Range", format!("bytes */{size}")));
-            return Ok(Answer::Response(r));
+            return Ok(r);
         }
     };
     resp.stream = Some(Streamed::File { file, offset, len });
-    Ok(Answer::Response(resp))
+    Ok(resp)
 }
 
 /// A file whose size is not known, read until it ends.
@@ -422,7 +419,7 @@ pub fn write(app: &App, call: &Call<'_>, body: &mut (dyn Read + Send)) -> Reply 
             Err(WriteError::Io(e)) => Err(err(e)),
         }
     });
-    done.map(Answer::Json).map_err(|e| {
+    done.map_err(|e| {
         let mut f = Failure::from(e);
         f.close = close;
         f
@@ -465,8 +462,7 @@ pub fn mkdir(app: &App, call: &Call<'_>) -> Reply {
         }
         let p = fs::resolve(g, path.as_bytes(), FinalLink::Keep, Intent::Use).map_err(err)?;
         Ok(stat_json(&path, &p, existing(&p, &path)?))
-    })?
-    .into())
+    })?)
 }
 
 /// `POST /v1/files/move {"from", "to", "overwrite"}`: the moved object's stat.
@@ -489,8 +485,7 @@ pub fn rename(app: &App, call: &Call<'_>) -> Reply {
         let t = fs::resolve(g, to.as_bytes(), FinalLink::Keep, Intent::Use)
             .map_err(|e| fs_error(e, &to))?;
         Ok(stat_json(&to, &t, existing(&t, &to)?))
-    })?
-    .into())
+    })?)
 }
 
 /// `DELETE /v1/files?path=P&recursive=false`.
@@ -504,8 +499,7 @@ pub fn delete(app: &App, call: &Call<'_>) -> Reply {
         existing(&p, &path)?;
         fs::remove(g, &p, recursive).map_err(err)?;
         Ok(json!({"path": path, "deleted": true}))
-    })?
-    .into())
+    })?)
 }
 
 #[cfg(test)]

@@ -6,5 +6,5 @@ use super::{Call, Reply};
 use crate::api::app::App;
 
 pub fn get(_: &App, _: &Call<'_>) -> Reply {
-    Ok(json!({"ok": true, "version": crate::VERSION}).into())
+    Ok(json!({"ok": true, "version": crate::VERSION}))
 }

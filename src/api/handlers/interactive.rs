@@ -17,7 +17,7 @@ use crate::model::error::Error;
 /// all, and waits up to [`BUSY_WAIT`] for the job to read what waits before it; so an
 /// answer is `ok` (all of it delivered), or an error that says how many of the body's
 /// first bytes were (`delivered`): a client resends from there, and nothing is doubled.
-pub fn stdin_stream(app: &App, call: &Call<'_>, body: &mut (dyn Read + Send)) -> Reply {
+pub fn stdin(app: &App, call: &Call<'_>, body: &mut (dyn Read + Send)) -> Reply {
     let mut delivered = 0u64;
     write_stdin(app, call, body, &mut delivered).map_err(|err| {
         let mut f = Failure::from(err);
@@ -26,13 +26,12 @@ pub fn stdin_stream(app: &App, call: &Call<'_>, body: &mut (dyn Read + Send)) ->
         f.close = delivered > 0;
         f
     })?;
-    Ok(json!({"ok": true}).into())
+    Ok(json!({"ok": true}))
 }
 
-/// The route table's entry: [`stdin_stream`] over a body already read (the server streams
-/// it instead).
-pub fn stdin(app: &App, call: &Call<'_>) -> Reply {
-    stdin_stream(app, call, &mut &call.body[..])
+/// The most a job's input may be in one request: `--max-body`, as for other bodies.
+pub fn max_input(app: &App) -> u64 {
+    app.max_body
 }
 
 fn write_stdin(
@@ -123,5 +122,5 @@ pub fn resize(app: &App, call: &Call<'_>) -> Reply {
     let size = request::resize_body(call.body)?;
     let mut c = Control::connect(&app.store, &id)?;
     c.resize(size.cols, size.rows)?;
-    Ok(json!({"ok": true}).into())
+    Ok(json!({"ok": true}))
 }

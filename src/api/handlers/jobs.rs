@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::{Call, Reply};
 use crate::api::app::App;
 use crate::api::request::{self, Place, Wait};
-use crate::api::watch::{Kind, RECHECK};
+use crate::api::waits::{Kind, RECHECK};
 use crate::job::launch;
 use crate::model::error::{Error, Result};
 use crate::model::{JobId, JobRecord, Status};
@@ -49,7 +49,7 @@ pub fn start(app: &App, call: &Call<'_>) -> Reply {
         },
         _ => launch::start_watched(&app.store, &app.cfg, start)?.0,
     };
-    Ok(app.store.view(&rec).into())
+    Ok(app.store.view(&rec))
 }
 
 /// A page of the job records: at most `limit` (default [`request::DEFAULT_LIST_LIMIT`]) and
@@ -105,11 +105,14 @@ pub fn list(app: &App, call: &Call<'_>) -> Reply {
             // Read again: only the page's records are ever held whole. One that is gone or
             // changed meanwhile is left out.
             (Place::Job(_, id), _) => match crate::job::settle::load_listed(&app.store, id) {
-                Ok(r) if wanted(&r) => serde_json::to_value(&r).unwrap_or_default(),
+                Ok(mut r) if wanted(&r) => {
+                    crate::state::store::live_usage(&mut r);
+                    serde_json::to_value(&r).unwrap_or_default()
+                }
                 _ => continue,
             },
         };
-        let n = crate::api::app::json_len(&entry);
+        let n = crate::api::answer::json_len(&entry);
         if !jobs.is_empty() && bytes + n > request::LIST_PAGE_BYTES {
             next = last.as_ref().map(Place::cursor);
             break;
@@ -118,7 +121,7 @@ pub fn list(app: &App, call: &Call<'_>) -> Reply {
         jobs.push(entry);
         last = Some(place);
     }
-    Ok(json!({ "jobs": jobs, "next": next, "eventsCursor": events_cursor }).into())
+    Ok(json!({ "jobs": jobs, "next": next, "eventsCursor": events_cursor }))
 }
 
 /// Calls `f` with every job folder's id and its record as
@@ -142,11 +145,11 @@ pub fn get(app: &App, call: &Call<'_>) -> Reply {
         .unwrap_or(0.0);
     let rec = crate::job::settle::settle_and_load(&app.store, &id)?;
     if wait <= 0.0 || rec.status.is_final() {
-        return Ok(app.store.view(&rec).into());
+        return Ok(app.store.view(&rec));
     }
     let _slot = app.wait_slot("read the job without waitSeconds")?;
     let rec = wait_end(app, &id, wait)?;
-    Ok(app.store.view(&rec).into())
+    Ok(app.store.view(&rec))
 }
 
 pub fn cancel(app: &App, call: &Call<'_>) -> Reply {
@@ -155,13 +158,13 @@ pub fn cancel(app: &App, call: &Call<'_>) -> Reply {
     // The grace period, plus a margin for the supervisor to write the final record.
     let wait = Duration::from_secs_f64(app.cfg.grace_seconds + 5.0);
     let rec = launch::cancel(&app.store, &id, wait)?;
-    Ok(app.store.view(&rec).into())
+    Ok(app.store.view(&rec))
 }
 
 /// [`wait_end`] for a job this request started, over the supervisor's own change channel:
 /// it tells of the end at once, with no folder watch to set up and tear down, and what it
 /// says of stored output is read past without a look at the record.
-fn wait_end_events(
+pub(super) fn wait_end_events(
     app: &App,
     id: &JobId,
     mut ev: launch::JobEvents,
@@ -191,7 +194,7 @@ fn wait_end_events(
 }
 
 /// The latest record, after waiting up to `seconds` for the job to end.
-fn wait_end(app: &App, id: &JobId, seconds: f64) -> Result<JobRecord> {
+pub(super) fn wait_end(app: &App, id: &JobId, seconds: f64) -> Result<JobRecord> {
     if seconds <= 0.0 {
         return crate::job::settle::settle_and_load(&app.store, id);
     }

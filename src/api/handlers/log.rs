@@ -11,13 +11,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{Answer, Call, Reply};
-use crate::api::app::{App, WaitSlot, error_response};
+use crate::api::answer::error_response;
+use crate::api::app::{App, WaitSlot};
 use crate::api::request::{Wanted, byte_range};
-use crate::api::watch::{Hub, Kind, RECHECK, Watch};
+use crate::api::waits::{Hub, Kind, RECHECK, Watch};
 use crate::http::{BodyOut, Response, Source, Streamed};
 use crate::model::JobId;
 use crate::model::error::{Error, Result};
-use crate::state::layout::OUTPUT;
 use crate::state::store::Store;
 
 const TEXT: &str = "text/plain; charset=utf-8";
@@ -30,20 +30,22 @@ pub fn ticket(app: &App, call: &Call<'_>) -> Reply {
     // An unknown job is 404 now, not when the ticket is used.
     crate::job::settle::settle_and_load(&app.store, &id)?;
     let (ticket, expires) = app.issue_ticket(format!("/v1/jobs/{id}/log"), call.scoped)?;
-    Ok(
-        serde_json::json!({"ticket": ticket, "expiresAt": crate::text::timefmt::rfc3339(expires)})
-            .into(),
-    )
+    Ok(serde_json::json!({"ticket": ticket, "expiresAt": crate::text::timefmt::rfc3339(expires)}))
 }
 
-pub fn get(app: &App, call: &Call<'_>) -> Reply {
+/// `GET /v1/jobs/{id}/log`: the whole stored output, one byte range of it, or the log
+/// followed as it grows.
+pub fn get(app: &App, call: &Call<'_>) -> Answer {
     let id = call.job()?;
     let follow = call.query.flag("follow")?.unwrap_or(false);
     let ranges: Vec<&str> = call.head.all("range").collect();
     // The record first: an unknown job is 404, and once it says "ended" all of the output
     // is on disk.
     let rec = crate::job::settle::settle_and_load(&app.store, &id)?;
-    let path = app.store.job_dir(&id).join(OUTPUT);
+    let path = app
+        .store
+        .job_dir(&id)
+        .join(super::output::stream_file(call.query, &rec)?);
     let file = open(&path, &id)?;
     if follow {
         if !ranges.is_empty() {
@@ -93,7 +95,7 @@ pub fn get(app: &App, call: &Call<'_>) -> Reply {
             resp.headers.push(ranges_ok);
             resp.headers
                 .push(("Content-Range", format!("bytes */{len}")));
-            Answer::Response(resp)
+            resp
         }
         (Wanted::Part { start, end }, Some(file)) => text(
             206,
@@ -131,13 +133,13 @@ fn open(path: &Path, id: &JobId) -> Result<Option<File>> {
 }
 
 /// A plain-text answer with `body` streamed (or empty).
-fn text(status: u16, mut headers: Vec<(&'static str, String)>, body: Option<Streamed>) -> Answer {
+fn text(status: u16, mut headers: Vec<(&'static str, String)>, body: Option<Streamed>) -> Response {
     headers.insert(0, ("Content-Type", TEXT.into()));
     headers.push(("Cache-Control", "no-store".into()));
     headers.push(("X-Content-Type-Options", "nosniff".into()));
     let mut resp = Response::new(status, headers, Vec::new());
     resp.stream = body;
-    Answer::Response(resp)
+    resp
 }
 
 /// A followed log: what output.log holds, then each new piece as it is stored, until the

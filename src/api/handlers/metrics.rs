@@ -5,17 +5,11 @@
 
 use std::fmt::Write;
 
-use super::{Call, Failure, Reply};
+use super::{Answer, Call};
 use crate::api::app::App;
-use crate::api::feed::BUCKETS;
+use crate::api::journal::BUCKETS;
 use crate::http::Response;
 use crate::model::Status;
-use crate::model::error::Error;
-
-/// The route table's handler: the answer is text, made by [`text`].
-pub fn get(_app: &App, _call: &Call<'_>) -> Reply {
-    Err(Error::Internal("the metrics are answered as text".into()).into())
-}
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -43,8 +37,65 @@ fn process() -> (u64, u64) {
     (rss, fds)
 }
 
-/// The scrape's text.
-pub fn text(app: &App) -> std::result::Result<Response, Failure> {
+/// The job CPU and OOM counters and the sandbox's gauges.
+fn resources(out: &mut String, app: &App, jobs: &crate::api::journal::JobCounts) {
+    family(
+        out,
+        "gitterm_job_cpu_seconds_total",
+        "counter",
+        "CPU seconds used by the jobs that ended (every process of each).",
+    );
+    let _ = writeln!(out, "gitterm_job_cpu_seconds_total {}", jobs.cpu_seconds);
+    family(
+        out,
+        "gitterm_job_oom_kills_total",
+        "counter",
+        "Jobs that ended with one of their processes ended by the kernel's OOM killer.",
+    );
+    let _ = writeln!(out, "gitterm_job_oom_kills_total {}", jobs.oom_kills);
+    let r = crate::os::resources::sandbox(app.store.root());
+    let gauges: [(&str, &str, Option<f64>); 6] = [
+        (
+            "gitterm_sandbox_cpus",
+            "CPUs the agent may run on.",
+            Some(r.cpus as f64),
+        ),
+        (
+            "gitterm_sandbox_memory_total_bytes",
+            "The sandbox's memory (MemTotal).",
+            r.memory_total_bytes.map(|v| v as f64),
+        ),
+        (
+            "gitterm_sandbox_memory_available_bytes",
+            "Memory available without swapping (MemAvailable).",
+            r.memory_available_bytes.map(|v| v as f64),
+        ),
+        (
+            "gitterm_sandbox_disk_total_bytes",
+            "Size of the state root's filesystem.",
+            r.disk_total_bytes.map(|v| v as f64),
+        ),
+        (
+            "gitterm_sandbox_disk_free_bytes",
+            "Free space on the state root's filesystem (for unprivileged users).",
+            r.disk_free_bytes.map(|v| v as f64),
+        ),
+        (
+            "gitterm_sandbox_load1",
+            "The 1-minute load average.",
+            r.load1,
+        ),
+    ];
+    for (name, help, v) in gauges {
+        if let Some(v) = v {
+            family(out, name, "gauge", help);
+            let _ = writeln!(out, "{name} {v}");
+        }
+    }
+}
+
+/// `GET /v1/metrics`: the scrape's text.
+pub fn get(app: &App, _: &Call<'_>) -> Answer {
     app.feed.follow();
     let (jobs, http) = app.feed.snapshot();
     let running = std::fs::read_dir(app.store.running_dir()).map_or(0, |d| d.count());
@@ -91,6 +142,7 @@ pub fn text(app: &App) -> std::result::Result<Response, Failure> {
         "Secret occurrences masked in the output of the jobs that ended.",
     );
     let _ = writeln!(out, "gitterm_redactions_total {}", jobs.redactions);
+    resources(&mut out, app, &jobs);
     family(
         &mut out,
         "gitterm_http_requests_total",
@@ -129,6 +181,27 @@ pub fn text(app: &App) -> std::result::Result<Response, Failure> {
              gitterm_http_request_duration_seconds_count{{route=\"{route}\"}} {}",
             r.count, r.sum, r.count
         );
+    }
+    if let Some(g) = app.grants.as_deref() {
+        family(
+            &mut out,
+            "gitterm_gate_requests_total",
+            "counter",
+            "Requests the preview gate answered, by outcome (forwarded, exchanged, unauthorized, forbidden, unavailable, refused).",
+        );
+        for (outcome, n) in g.stats.all() {
+            let _ = writeln!(
+                out,
+                "gitterm_gate_requests_total{{outcome=\"{outcome}\"}} {n}"
+            );
+        }
+        family(
+            &mut out,
+            "gitterm_gate_connections",
+            "gauge",
+            "Connections open now through the preview gate to a grant.",
+        );
+        let _ = writeln!(out, "gitterm_gate_connections {}", g.live.total());
     }
     let (rss, fds) = process();
     family(

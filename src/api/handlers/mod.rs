@@ -1,10 +1,13 @@
-//! The handlers, one file per resource. Each is a [`Handle`]: the server, and a request
-//! already authenticated, routed and scope-checked (see [`super::app`]), in; JSON (or a
-//! response of its own, for a body that is not JSON) or a [`Failure`] out.
+//! The handlers, one file per resource. Each is a [`Handle`] of the route table: the
+//! server, and a request already authenticated, routed and scope-checked (see
+//! [`super::dispatch`]), in; JSON, or a response of its own (text, a stream, a switch of
+//! protocols), or a [`Failure`] out.
 
+pub mod archive;
 pub mod env;
 pub mod events;
 pub mod files;
+pub mod grants;
 pub mod health;
 pub mod interactive;
 pub mod jobs;
@@ -15,9 +18,15 @@ pub mod ports;
 pub mod previews;
 pub mod pty;
 pub mod sandbox;
+pub mod sessions;
+pub mod signal;
+pub mod watches;
+
+use std::io::Read;
 
 use serde_json::Value;
 
+pub use super::answer::Failure;
 use super::app::App;
 use super::request::Query;
 use crate::http::{Head, Response};
@@ -58,42 +67,29 @@ impl Call<'_> {
     }
 }
 
-/// A handler.
-pub type Handle = fn(&App, &Call<'_>) -> Reply;
-
-/// A handler's answer.
-pub type Reply = std::result::Result<Answer, Failure>;
-
-/// What a handler answers when it succeeds.
-#[derive(Debug)]
-pub enum Answer {
-    /// A JSON body, sent with status 200.
-    Json(Value),
-    /// A response the handler made itself (a plain-text log, streamed from its file).
-    Response(Response),
+/// A route's handler, by what it takes and what it answers: the route table holds one
+/// per route, and dispatch calls it and nothing else.
+#[derive(Clone, Copy)]
+pub enum Handle {
+    /// The whole body (JSON, or none) in; a JSON value out, sent with status 200.
+    Json(fn(&App, &Call<'_>) -> Reply),
+    /// A plain-text answer it makes itself (the metrics).
+    Text(fn(&App, &Call<'_>) -> Answer),
+    /// An answer whose body it streams from a source (a file, a followed log, an event
+    /// stream), or a JSON one, as the request asks.
+    Stream(fn(&App, &Call<'_>) -> Answer),
+    /// The request body as it arrives, never held whole: at most the second function's
+    /// bytes for this server. A JSON value out.
+    Upload(
+        fn(&App, &Call<'_>, &mut (dyn Read + Send)) -> Reply,
+        fn(&App) -> u64,
+    ),
+    /// A switch of protocols: `101` hands the connection over (a WebSocket).
+    Upgrade(fn(&App, &Call<'_>) -> Answer),
 }
 
-impl From<Value> for Answer {
-    fn from(v: Value) -> Answer {
-        Answer::Json(v)
-    }
-}
+/// What a JSON handler returns.
+pub type Reply = std::result::Result<Value, Failure>;
 
-/// An error answer, optionally with more fields next to `code` and `message`.
-#[derive(Debug)]
-pub struct Failure {
-    pub err: Error,
-    pub extra: serde_json::Map<String, Value>,
-    /// Close the connection after the answer (so that a refused client frees its place).
-    pub close: bool,
-}
-
-impl From<Error> for Failure {
-    fn from(err: Error) -> Failure {
-        Failure {
-            err,
-            extra: Default::default(),
-            close: false,
-        }
-    }
-}
+/// What a handler that makes its own response returns.
+pub type Answer = std::result::Result<Response, Failure>;

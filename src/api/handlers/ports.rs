@@ -6,5 +6,5 @@ use super::{Call, Reply};
 use crate::api::app::App;
 
 pub fn list(_: &App, _: &Call<'_>) -> Reply {
-    Ok(json!({"ports": crate::os::ports::listening()}).into())
+    Ok(json!({"ports": crate::os::ports::listening()}))
 }

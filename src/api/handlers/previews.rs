@@ -8,7 +8,7 @@ use serde_json::json;
 use super::{Call, Failure, Reply};
 use crate::api::app::App;
 use crate::api::request;
-use crate::api::watch::Kind;
+use crate::api::waits::Kind;
 use crate::job::launch;
 use crate::model::JobRecord;
 use crate::model::error::Error;
@@ -53,7 +53,7 @@ pub fn start(app: &App, call: &Call<'_>) -> Reply {
         let left = deadline.saturating_duration_since(Instant::now());
         let seen = w.as_ref().map(|w| w.marks());
         if ready(left.max(Duration::from_millis(100))) {
-            return Ok(answer(job.as_ref().map(|j| j.to_string())).into());
+            return Ok(answer(job.as_ref().map(|j| j.to_string())));
         }
         if let Some(id) = &job {
             let rec = crate::job::settle::settle_and_load(&app.store, id)?;

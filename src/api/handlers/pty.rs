@@ -42,12 +42,7 @@ pub fn ticket(app: &App, call: &Call<'_>) -> Reply {
         return Err(Error::Conflict(format!("job {id} has ended")).into());
     }
     let (ticket, expires) = app.issue_ticket(format!("/v1/jobs/{id}/pty"), call.scoped)?;
-    Ok(json!({"ticket": ticket, "expiresAt": crate::text::timefmt::rfc3339(expires)}).into())
-}
-
-/// The table's handler: only reached without an upgrade (see [`switch`]).
-pub fn get(app: &App, call: &Call<'_>) -> Reply {
-    open(app, call).map(|_| Value::Null.into())
+    Ok(json!({"ticket": ticket, "expiresAt": crate::text::timefmt::rfc3339(expires)}))
 }
 
 /// The `101 Switching Protocols` that hands the connection to the job's terminal; a
@@ -57,7 +52,7 @@ pub fn switch(app: &App, call: &Call<'_>) -> Result<Response, Failure> {
     if let [v] = versions[..]
         && v.trim() != "13"
     {
-        let mut r = crate::api::app::error_response(
+        let mut r = crate::api::answer::error_response(
             Error::Invalid(format!(
                 "WebSocket version {:?} is not spoken here: send Sec-WebSocket-Version: 13",
                 v.chars().take(16).collect::<String>()

@@ -19,20 +19,28 @@ use crate::model::error::{Error, Result};
 mod cursor;
 mod env;
 mod files;
+mod grants;
 mod jobs;
 mod previews;
 mod range;
+mod sessions;
+mod signal;
 mod unknown;
+mod watches;
 pub use cursor::Place;
 pub use env::{ENV_FIELDS, EnvBody, env_body};
 pub use files::{MKDIR_FIELDS, MOVE_FIELDS, MkdirBody, MoveBody, file_mode, mkdir_body, move_body};
+pub use grants::{GRANT_FIELDS, grant_body};
 pub use jobs::{
     DEFAULT_LIST_LIMIT, DEFAULT_WAIT_SECONDS, LIST_PAGE_BYTES, MAX_LIST_LIMIT, RESIZE_FIELDS,
     START_FIELDS, StartBody, Wait, base64_decode, pty_size, resize_body, start_body,
 };
 pub use previews::{MAX_PREVIEW_WAIT_SECONDS, PREVIEW_FIELDS, PreviewBody, preview_body};
 pub use range::{Wanted, byte_range};
+pub use sessions::{SESSION_FIELDS, session_body, session_job_body, session_job_fields};
+pub use signal::{SIGNAL_FIELDS, SignalBody, signal_body};
 use unknown::{FIELD, QUERY_PARAMETER, unknown_names};
+pub use watches::{WATCH_FIELDS, WatchBody, watch_body};
 
 /// The longest any request may wait (starts and long-polls).
 pub const MAX_WAIT_SECONDS: f64 = 600.0;
@@ -676,7 +684,7 @@ mod tests {
         }
     }
 
-    const START_LIST: &str = "the fields are command, cwd, env, stdin, encoding, secretEnv, secretFiles, timeoutSeconds, idleTimeoutSeconds, waitSeconds, background, user, interactive, pty";
+    const START_LIST: &str = "the fields are command, cwd, env, stdin, encoding, secretEnv, secretFiles, timeoutSeconds, idleTimeoutSeconds, waitSeconds, background, user, interactive, pty, limits, argv, separateStderr";
 
     #[test]
     fn unknown_body_fields_are_refused_naming_the_closest_known_one() {

@@ -13,11 +13,13 @@ use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag, openat, readlinkat};
 use nix::sys::stat::{FileStat, Mode, fstat, fstatat};
 
+pub mod archive;
 mod creds;
 mod guard;
 mod sys;
 mod tree;
 mod upload;
+pub mod watch;
 
 pub use creds::as_user;
 pub use guard::{FinalLink, Forbidden, Guard, Id, Intent, Place, is_forbidden, resolve};

@@ -7,7 +7,7 @@
 //! every write to its output. Where inotify is unavailable, waiters nap briefly instead.
 //!
 //! It is not the agent's only instance, but the others do not grow with the waiting
-//! requests: the server holds one more for the events journal ([`crate::api::feed`]), each
+//! requests: the server holds one more for the events journal ([`crate::api::journal`]), each
 //! supervisor one on the running jobs' secrets (`crate::state::livesecrets`), and a CLI
 //! command that follows a job one on its folder.
 
