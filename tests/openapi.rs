@@ -42,7 +42,10 @@ fn openapi_lists_exactly_the_served_routes() {
         assert!(r.header("allow").is_none(), "{m} {p}: {}", r.text());
         if r.status == 404 {
             assert!(
-                r.text().contains("no job") || r.text().contains("no preview grant"),
+                r.text().contains("no job")
+                    || r.text().contains("no preview grant")
+                    || r.text().contains("no session")
+                    || r.text().contains("no such file watch"),
                 "{m} {p} is not routed: {}",
                 r.text()
             );

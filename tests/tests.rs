@@ -11,6 +11,8 @@ mod util;
 mod api;
 /// Floods: silent and trickling connections, long-polls by the hundred, readers that never read.
 mod api_flood;
+/// `GET`/`PUT /v1/files/archive`: folders as one tar stream, and hostile archives refused whole.
+mod archives;
 /// The command line's bad input, its status table and corrupt records.
 mod cli;
 /// The command line's help, suggestions, exit statuses and status tails.
@@ -53,5 +55,9 @@ mod refusals;
 mod resources;
 /// Jobs and callers that try to wedge or fool the agent: unread input, killed supervisors.
 mod robust;
+/// Sessions: the folder and variables carried between commands, each command a job.
+mod sessions;
 /// Tickets and CORS, as pages of this and other origins and scoped callers use them.
 mod tickets;
+/// `/v1/files/watches`: changes by cursor, kept while nobody reads, never a silent gap.
+mod watches;

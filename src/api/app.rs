@@ -40,6 +40,8 @@ pub struct App {
     pub(super) max_body: u64,
     /// The preview grants, shared with the gate.
     pub(super) grants: Option<Arc<crate::state::grants::Grants>>,
+    /// The file watches and their journals.
+    pub(super) watches: Arc<crate::state::watches::Watches>,
 }
 
 /// A request's place among those that wait; given back on drop. It owns its share of the
@@ -62,6 +64,7 @@ impl App {
         hub: Arc<Hub>,
     ) -> App {
         let feed = super::journal::Feed::start(store.root());
+        let store_root = &store.root().to_path_buf();
         App {
             feed,
             store,
@@ -76,6 +79,7 @@ impl App {
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             max_body: crate::http::Limits::default().max_body,
             grants: None,
+            watches: crate::state::watches::Watches::open(store_root),
         }
     }
 

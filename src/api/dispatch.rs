@@ -430,13 +430,23 @@ mod tests {
             | Route::ReadFile
             | Route::WriteFile
             | Route::MakeDir
-            | Route::DeleteFile => (400, "path is missing"),
+            | Route::DeleteFile
+            | Route::GetArchive
+            | Route::PutArchive
+            | Route::CreateWatch => (400, "path is missing"),
+            Route::ListWatches => (200, "\"watches\":[]"),
+            Route::DeleteWatch | Route::WatchEvents => (404, "no such file watch"),
             Route::MoveFile => (400, "from"),
             Route::Events => (200, "\"events\":[]"),
             Route::Metrics => (200, "gitterm_jobs_started_total 0"),
             Route::MintGrant => (400, "port is missing"),
             Route::ListGrants => (200, "\"grants\":[]"),
             Route::GrantToken | Route::RevokeGrant => (404, "no preview grant"),
+            Route::CreateSession => (200, "\"id\":\"ses_"),
+            Route::ListSessions => (200, "\"sessions\":["),
+            Route::GetSession | Route::DeleteSession | Route::StartSessionJob => {
+                (404, "no session")
+            }
         }
     }
 

@@ -140,8 +140,32 @@ routes! {
     GrantToken = "POST" "/v1/previews/grants/{id}/tokens", Scoped, [], Json(handlers::grants::token);
     /// Revoke a grant: its requests get 401 and its open connections close.
     RevokeGrant = "POST" "/v1/previews/grants/{id}/revoke", Full, [], Json(handlers::grants::revoke);
+    /// Make a session: a folder and variables that carry from one command to the next.
+    CreateSession = "POST" "/v1/sessions", Scoped, [], Json(handlers::sessions::create);
+    /// Every session, names of its variables only.
+    ListSessions = "GET" "/v1/sessions", Scoped, [], Json(handlers::sessions::list);
+    /// One session.
+    GetSession = "GET" "/v1/sessions/{id}", Scoped, [], Json(handlers::sessions::get);
+    /// Remove a session, cancelling its running command.
+    DeleteSession = "DELETE" "/v1/sessions/{id}", Full, [], Json(handlers::sessions::delete);
+    /// Start the session's next command (one at a time), answered as a job start.
+    StartSessionJob = "POST" "/v1/sessions/{id}/jobs", Scoped, [], Json(handlers::sessions::start);
     /// A signal to a running job's process group, or to every process of it.
     SignalJob = "POST" "/v1/jobs/{id}/signal", Full, [], Json(handlers::signal::send);
+    /// A folder as one tar or tar.gz archive, streamed.
+    GetArchive = "GET" "/v1/files/archive", Full, ["path", "format"], Stream(handlers::archive::get);
+    /// Unpack a streamed tar or tar.gz archive into a folder, all or nothing.
+    PutArchive = "PUT" "/v1/files/archive", Full, ["path", "format"],
+        Upload(handlers::archive::put, handlers::archive::max_body);
+    /// Start watching a folder (as the job user); its changes are kept in a journal.
+    CreateWatch = "POST" "/v1/files/watches", Full, [], Json(handlers::watches::create);
+    /// The file watches.
+    ListWatches = "GET" "/v1/files/watches", Full, [], Json(handlers::watches::list);
+    /// Stop a file watch and forget its journal.
+    DeleteWatch = "DELETE" "/v1/files/watches/{id}", Full, [], Json(handlers::watches::delete);
+    /// A watch's changes after a cursor; long-polls, or streams them as Server-Sent Events.
+    WatchEvents = "GET" "/v1/files/watches/{id}/events", Full, ["after", "waitSeconds", "limit"],
+        Stream(handlers::watches::events);
 }
 
 /// What a request's method and path resolve to.
@@ -290,6 +314,10 @@ mod tests {
                 ("POST", "/v1/previews/grants"),
                 ("GET", "/v1/previews/grants"),
                 ("POST", "/v1/previews/grants/{id}/tokens"),
+                ("POST", "/v1/sessions"),
+                ("GET", "/v1/sessions"),
+                ("GET", "/v1/sessions/{id}"),
+                ("POST", "/v1/sessions/{id}/jobs"),
             ]
         );
     }
@@ -300,6 +328,7 @@ mod tests {
             ENV_FIELDS, MKDIR_FIELDS, MOVE_FIELDS, PREVIEW_FIELDS, RESIZE_FIELDS, SIGNAL_FIELDS,
             START_FIELDS,
         };
+        use crate::api::request::{SESSION_FIELDS, session_job_fields};
         match route {
             Route::StartJob => Some(START_FIELDS),
             Route::SetEnv => Some(ENV_FIELDS),
@@ -313,11 +342,18 @@ mod tests {
             Route::PtyTicket | Route::LogTicket | Route::EventsTicket => Some(&[]),
             Route::MakeDir => Some(MKDIR_FIELDS),
             Route::MoveFile => Some(MOVE_FIELDS),
+            Route::CreateSession => Some(SESSION_FIELDS),
+            Route::StartSessionJob => Some(session_job_fields()),
+            Route::DeleteSession => Some(&[]),
+            Route::ListSessions | Route::GetSession => None,
             Route::FileStat
             | Route::ListFiles
             | Route::ReadFile
             | Route::WriteFile
             | Route::DeleteFile => None,
+            Route::GetArchive | Route::PutArchive => None,
+            Route::CreateWatch => Some(crate::api::request::WATCH_FIELDS),
+            Route::ListWatches | Route::DeleteWatch | Route::WatchEvents => None,
             Route::Health
             | Route::ListJobs
             | Route::GetJob
@@ -336,9 +372,10 @@ mod tests {
     /// generated clients can send them, each is a documented header parameter).
     fn headers(route: Route) -> &'static [&'static str] {
         match route {
-            Route::StartJob | Route::StartPreview => &["Idempotency-Key"],
+            Route::StartJob | Route::StartPreview | Route::StartSessionJob => &["Idempotency-Key"],
             Route::JobLog => &["Range", "If-Range"],
             Route::Events => &["Accept", "Last-Event-ID"],
+            Route::WatchEvents => &["Accept", "Last-Event-ID"],
             Route::ReadFile => &["Range", "If-None-Match"],
             Route::WriteFile => &["If-Match"],
             _ => &[],

@@ -70,6 +70,10 @@ pub struct Args {
     no_stdin: bool,
     #[command(flatten)]
     limits: LimitArgs,
+    /// Run the command in this session (see `session new`): in its folder, with its
+    /// variables, and what it changes carries to the session's next command
+    #[arg(long, value_name = "ID", conflicts_with_all = ["cwd", "tty", "argv"])]
+    session: Option<String>,
     /// The job's memory limit (bytes, or with K, M, G: 512M), enforced on its cgroup
     #[arg(long, value_name = "SIZE", value_parser = crate::model::resources::parse_size)]
     memory: Option<u64>,
@@ -123,7 +127,12 @@ pub fn run(a: Args) -> Result<i32> {
         return super::attach::session(&store, &rec.id, true);
     }
     let stdin = if a.no_stdin { None } else { passed_stdin() };
-    exec(&store, &cfg, req, stdin, wait, a.json)
+    let session = a
+        .session
+        .as_deref()
+        .map(crate::job::session::parse_id)
+        .transpose()?;
+    exec(&store, &cfg, req, stdin, wait, a.json, session)
 }
 
 /// This process's stdin, when the job should have it: a pipe, a file or a socket becomes
@@ -152,6 +161,7 @@ fn exec(
     stdin: Option<std::fs::File>,
     wait: Option<f64>,
     json: bool,
+    session: Option<crate::model::session::SessionId>,
 ) -> Result<i32> {
     // Ctrl-C (or TERM/HUP) cancels the job rather than orphaning it. Registered before
     // the start, so an interrupt during the start is not lost (it cancels the new job).
@@ -164,7 +174,10 @@ fn exec(
         let _ = signal_hook::flag::register(sig, Arc::clone(&interrupted));
     }
     let default_timeout = req.timeout_seconds.is_none();
-    let (rec, events) = launch::start_with_stdin(store, cfg, req, stdin)?;
+    let (rec, events) = match &session {
+        Some(s) => crate::job::session::start(store, cfg, s, req, stdin)?,
+        None => launch::start_with_stdin(store, cfg, req, stdin)?,
+    };
     note_clamped(&rec);
     let id = rec.id.clone();
     let mut waiter = match events {

@@ -16,6 +16,7 @@ mod logs;
 mod previews;
 mod print;
 mod prune;
+mod session;
 mod status;
 
 use clap::Subcommand;
@@ -75,6 +76,9 @@ pub enum Cmd {
     /// List preview grants; `previews revoke ID` takes one away
     #[command(after_help = ENVIRONMENT)]
     Previews(previews::Args),
+    /// Make, list or remove sessions: a folder and variables that carry between commands
+    #[command(after_help = ENVIRONMENT)]
+    Session(session::Args),
 }
 
 /// Runs one local command; `Err` is reported by the caller.
@@ -96,6 +100,7 @@ pub fn main(cmd: Cmd) -> Result<i32> {
         Cmd::Prune(a) => prune::run(a),
         Cmd::Events(a) => events::run(a),
         Cmd::Previews(a) => previews::run(a),
+        Cmd::Session(a) => session::run(a),
     }
 }
 

@@ -34,7 +34,7 @@ struct Resolved {
 
 /// The user a job runs as: the request's, else the agent's job user; none when that is
 /// the agent's own uid. Only root can start a job as someone else.
-fn resolve_user(req: &StartRequest, cfg: &Config) -> Result<Option<JobUser>> {
+pub(crate) fn resolve_user(req: &StartRequest, cfg: &Config) -> Result<Option<JobUser>> {
     let Some(name) = req.user.as_deref().or(cfg.job_user.as_deref()) else {
         return Ok(None);
     };
@@ -416,6 +416,8 @@ fn create_and_spawn(
         uid: user.as_ref().map(|u| u.uid),
         redactions: None,
         cgroup: None,
+        session_id: req.session.as_ref().map(|s| s.id.to_string()),
+        session_saved: None,
         limits: req.limits.filter(|l| !l.is_empty()),
         usage: Default::default(),
         oom_killed: false,
@@ -438,6 +440,7 @@ fn create_and_spawn(
         user,
         interactive: req.interactive || req.pty.is_some(),
         pty: req.pty,
+        session: req.session.clone(),
         limits: req.limits.filter(|l| !l.is_empty()),
         argv: req.argv.clone(),
         separate_stderr: req.separate_stderr,

@@ -5,6 +5,7 @@ pub mod control;
 pub mod handshake;
 pub mod launch;
 pub mod secrets;
+pub mod session;
 pub mod settle;
 pub mod signal;
 pub mod supervisor;

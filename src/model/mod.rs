@@ -9,6 +9,7 @@ pub mod preview;
 pub mod record;
 pub mod resources;
 pub mod secret;
+pub mod session;
 pub mod spec;
 
 pub use id::JobId;

@@ -136,6 +136,12 @@ pub struct JobRecord {
     /// Seconds between TERM and KILL for this job.
     #[serde(default)]
     pub grace_seconds: Option<f64>,
+    /// The session whose command this job is (see `crate::model::session`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// A session's command, once ended: whether what it changed became the session's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_saved: Option<bool>,
     /// The limits the job runs under (`limits` of the request); absent: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<super::resources::Limits>,

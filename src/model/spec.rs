@@ -58,6 +58,8 @@ pub struct StartRequest {
     pub interactive: bool,
     /// Run the job on a pseudo-terminal of this size (implies `interactive`).
     pub pty: Option<PtySize>,
+    /// The job is a session's command: its state is restored first and saved at its end.
+    pub session: Option<super::session::SessionRun>,
     /// Limits on the job's cgroup.
     pub limits: Option<super::resources::Limits>,
     /// Run this program with these arguments, without a shell (instead of `command`).
@@ -178,6 +180,9 @@ pub struct Spec {
     /// The job runs on a pseudo-terminal of this size.
     #[serde(default)]
     pub pty: Option<PtySize>,
+    /// The job is a session's command (see `crate::model::session`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<super::session::SessionRun>,
     /// Limits on the job's cgroup.
     #[serde(default)]
     pub limits: Option<super::resources::Limits>,

@@ -616,3 +616,18 @@ pub fn set_nonblocking(fd: impl AsFd) -> io::Result<()> {
     fcntl(fd.as_fd(), FcntlArg::F_SETFL(fl | OFlag::O_NONBLOCK))?;
     Ok(())
 }
+
+/// A copy of `fd` at exactly `at`, without close-on-exec, so the next job's shell inherits
+/// it there (a session's state descriptors). Call it while no other thread starts a
+/// process: until the copy is dropped, every exec of this process passes it on.
+pub fn inheritable_copy(fd: std::os::fd::BorrowedFd<'_>, at: RawFd) -> io::Result<OwnedFd> {
+    let got = fcntl(fd, FcntlArg::F_DUPFD(at))?;
+    // SAFETY: F_DUPFD just made this fd for us alone; nothing else owns it.
+    let copy = unsafe { OwnedFd::from_raw_fd(got) };
+    if got != at {
+        return Err(io::Error::other(format!(
+            "descriptor {at} is taken (got {got}): cannot place the session's state there"
+        )));
+    }
+    Ok(copy)
+}

@@ -181,6 +181,11 @@ pub fn serve_main(args: ServeArgs) -> Result<i32> {
             .with_max_file_bytes(args.max_file_bytes)
             .with_max_body(args.max_body),
     );
+    // Watches kept from before this start: a rescan each, then watched again.
+    let resumed = crate::api::handlers::watches::resume(&app);
+    if resumed > 0 {
+        log(serde_json::json!({"event": "watches", "resumed": resumed}));
+    }
     let limits = http::Limits {
         max_body: args.max_body,
         max_connections,

@@ -53,6 +53,14 @@ pub const SANDBOX_FILE: &str = "sandbox.json";
 /// `crate::state::livesecrets`).
 pub const SECRETS_DIR: &str = "secrets";
 
+/// Under the root: one folder per session (see `crate::state::sessions`), holding
+/// [`SESSION_META`] and [`SESSION_STATE`].
+pub const SESSIONS_DIR: &str = "sessions";
+/// A session's own record.
+pub const SESSION_META: &str = "session.json";
+/// What a session carries from one command to the next (variable values: never returned).
+pub const SESSION_STATE: &str = "state.json";
+
 /// In an interactive job's folder while it runs: its control socket (see
 /// `crate::job::control`).
 pub const CONTROL_SOCKET: &str = "control.sock";

@@ -9,4 +9,6 @@ pub mod idempotency;
 pub mod layout;
 pub mod livesecrets;
 pub mod sandbox;
+pub mod sessions;
 pub mod store;
+pub mod watches;

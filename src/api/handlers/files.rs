@@ -33,12 +33,12 @@ pub fn sweep_at_start(cfg: &crate::model::spec::Config) -> usize {
 }
 
 /// Who the operations run as: the job user's ids and home.
-struct Who {
-    creds: Option<(u32, u32, Vec<u32>)>,
-    home: String,
+pub(in crate::api) struct Who {
+    pub(in crate::api) creds: Option<(u32, u32, Vec<u32>)>,
+    pub(in crate::api) home: String,
 }
 
-fn who(app: &App) -> Result<Who> {
+pub(in crate::api) fn who(app: &App) -> Result<Who> {
     match app.cfg.job_user.as_deref() {
         Some(name) => {
             let u = crate::os::users::lookup(name)?;
@@ -56,7 +56,10 @@ fn who(app: &App) -> Result<Who> {
 }
 
 /// Runs `f` as the job user with the state root's guard.
-fn run<R: Send>(app: &App, f: impl FnOnce(&Guard, &str) -> Result<R> + Send) -> Result<R> {
+pub(super) fn run<R: Send>(
+    app: &App,
+    f: impl FnOnce(&Guard, &str) -> Result<R> + Send,
+) -> Result<R> {
     let w = who(app)?;
     let creds = w.creds.as_ref().map(|(u, g, gs)| (*u, *g, gs.as_slice()));
     let home = w.home.as_str();
@@ -69,7 +72,7 @@ fn run<R: Send>(app: &App, f: impl FnOnce(&Guard, &str) -> Result<R> + Send) -> 
 }
 
 /// A path argument, absolute or relative to `home`.
-fn full_path(raw: Option<&str>, what: &str, home: &str) -> Result<String> {
+pub(super) fn full_path(raw: Option<&str>, what: &str, home: &str) -> Result<String> {
     let p = raw.ok_or_else(|| Error::Invalid(format!("{what} is missing")))?;
     if p.is_empty() {
         return Err(Error::Invalid(format!("{what} is empty")));
@@ -98,7 +101,7 @@ fn full_path(raw: Option<&str>, what: &str, home: &str) -> Result<String> {
 }
 
 /// An I/O error as the contract's error, naming the path.
-fn fs_error(e: io::Error, path: &str) -> Error {
+pub(super) fn fs_error(e: io::Error, path: &str) -> Error {
     if fs::is_forbidden(&e) {
         return Error::Forbidden(format!("{path}: {e}"));
     }

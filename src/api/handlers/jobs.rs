@@ -163,7 +163,7 @@ pub fn cancel(app: &App, call: &Call<'_>) -> Reply {
 /// [`wait_end`] for a job this request started, over the supervisor's own change channel:
 /// it tells of the end at once, with no folder watch to set up and tear down, and what it
 /// says of stored output is read past without a look at the record.
-fn wait_end_events(
+pub(super) fn wait_end_events(
     app: &App,
     id: &JobId,
     mut ev: launch::JobEvents,
@@ -193,7 +193,7 @@ fn wait_end_events(
 }
 
 /// The latest record, after waiting up to `seconds` for the job to end.
-fn wait_end(app: &App, id: &JobId, seconds: f64) -> Result<JobRecord> {
+pub(super) fn wait_end(app: &App, id: &JobId, seconds: f64) -> Result<JobRecord> {
     if seconds <= 0.0 {
         return crate::job::settle::settle_and_load(&app.store, id);
     }

@@ -3,6 +3,7 @@
 //! [`super::dispatch`]), in; JSON, or a response of its own (text, a stream, a switch of
 //! protocols), or a [`Failure`] out.
 
+pub mod archive;
 pub mod env;
 pub mod events;
 pub mod files;
@@ -17,7 +18,9 @@ pub mod ports;
 pub mod previews;
 pub mod pty;
 pub mod sandbox;
+pub mod sessions;
 pub mod signal;
+pub mod watches;
 
 use std::io::Read;
 

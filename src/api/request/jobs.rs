@@ -114,6 +114,7 @@ pub fn start_body(body: &[u8], idempotency_key: Option<&str>) -> Result<StartBod
             Some(m) => Some(pty_size(m, "pty")?),
             None => None,
         },
+        session: None,
         limits: match f.object("limits")? {
             Some(m) => Some(limits(m)?),
             None => None,

@@ -23,8 +23,10 @@ mod grants;
 mod jobs;
 mod previews;
 mod range;
+mod sessions;
 mod signal;
 mod unknown;
+mod watches;
 pub use cursor::Place;
 pub use env::{ENV_FIELDS, EnvBody, env_body};
 pub use files::{MKDIR_FIELDS, MOVE_FIELDS, MkdirBody, MoveBody, file_mode, mkdir_body, move_body};
@@ -35,8 +37,10 @@ pub use jobs::{
 };
 pub use previews::{MAX_PREVIEW_WAIT_SECONDS, PREVIEW_FIELDS, PreviewBody, preview_body};
 pub use range::{Wanted, byte_range};
+pub use sessions::{SESSION_FIELDS, session_body, session_job_body, session_job_fields};
 pub use signal::{SIGNAL_FIELDS, SignalBody, signal_body};
 use unknown::{FIELD, QUERY_PARAMETER, unknown_names};
+pub use watches::{WATCH_FIELDS, WatchBody, watch_body};
 
 /// The longest any request may wait (starts and long-polls).
 pub const MAX_WAIT_SECONDS: f64 = 600.0;

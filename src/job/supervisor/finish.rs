@@ -64,6 +64,7 @@ impl Supervisor {
             Some(WaitStatus::Signaled(_, s, _)) => (None, Some(s.as_str().to_string())),
             _ => (None, None),
         };
+        let session_note = self.end_session(shell, end);
         let rec = &mut self.rec;
         rec.exit_code = code;
         rec.signal = signal;
@@ -89,6 +90,7 @@ impl Supervisor {
             }
             End::ShellExited => {}
         }
+        reasons.extend(session_note);
         // Who ended it: a signal a request sent (its kind and target are on record).
         let requests = read_signal_requests(&dir);
         if let (End::ShellExited, Some(sig)) = (end, rec.signal.as_deref())
@@ -167,6 +169,9 @@ impl Supervisor {
         self.sink.set_events(None);
         if let Some(u) = unsynced {
             let _ = u.sync();
+        }
+        if let Some(s) = &mut self.session {
+            s.sync();
         }
         // Removing a cgroup can take milliseconds: only after the record is out.
         if let Some(cg) = &self.cgroup {

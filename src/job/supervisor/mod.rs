@@ -28,6 +28,7 @@ mod finish;
 mod oom;
 mod pending;
 mod run;
+mod session;
 mod sink;
 mod start;
 mod stderr;
@@ -175,6 +176,8 @@ struct Supervisor {
     others_pending: Vec<String>,
     /// The final record's file, with its room (none where it could not be made).
     reserved: Option<crate::state::fsutil::Reserved>,
+    /// A session's command: what its end saves.
+    session: Option<session::SessionIo>,
     /// What tells of OOM kills (see `oom`).
     oom: oom::Watch,
     /// The job's stderr apart, for a job started with `separateStderr`.

@@ -156,7 +156,7 @@ impl Supervisor {
         first: &mut Option<JobRecord>,
     ) -> Result<Supervisor, String> {
         let dir = store.staging_dir(id);
-        let spec = read_spec(spec_file, id)?;
+        let mut spec = read_spec(spec_file, id)?;
         *first = Some(spec.record.clone());
         let rec = spec.record.clone();
         let secrets = if spec.secrets.is_empty() {
@@ -237,9 +237,13 @@ impl Supervisor {
         };
 
         let envp = environment(&spec, id, &secrets, stdio)?;
+        // A session's command: its shell's descriptors live only until it is started.
+        let (session, session_fds) = super::session::prepare(&mut spec, &envp, &secrets)?.unzip();
         let started = spawn(
             &spec, envp, io.stdin, io.stdout, io.stderr, cg_dir, v1_procs, stdio,
         )?;
+        drop(session_fds);
+
         let shell = started.pid;
         // Room for the final record: the first one's size (a long command makes it long)
         // and what the end adds. Without room it may still land: go on. Made while the
@@ -288,6 +292,7 @@ impl Supervisor {
             others,
             others_pending,
             reserved,
+            session,
             oom: super::oom::Watch::new(),
             stderr,
         })
@@ -398,7 +403,7 @@ fn spawn(
     let argv = match &spec.argv {
         Some(words) => program_argv(words, &envp)?,
         None => vec![
-            c_string(b"/bin/sh".to_vec(), "the shell")?,
+            c_string(super::session::program(spec).into(), "the shell")?,
             c_string(b"-c".to_vec(), "the shell")?,
             c_string(spec.command.clone().into_bytes(), "the command")?,
         ],

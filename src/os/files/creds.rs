@@ -33,7 +33,9 @@ pub fn as_user<R: Send>(
     std::thread::scope(|s| {
         let worker = std::thread::Builder::new()
             .name("files".into())
-            .stack_size(256 << 10)
+            // Room for an archive's gzip state (deflate's frames are large in debug
+            // builds); pages never touched cost no memory.
+            .stack_size(1 << 20)
             .spawn_scoped(s, move || {
                 if let Some((uid, gid, groups)) = user {
                     sys::thread_fs_creds(uid, gid, groups)?;

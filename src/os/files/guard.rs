@@ -251,6 +251,20 @@ impl Guard {
         })
     }
 
+    /// True if the object is the state root or the root of a mount of something in it:
+    /// what a watch never enters, nor reports anything inside of.
+    pub fn hides(&self, st: &FileStat) -> bool {
+        let id = id_of(st);
+        id == self.root || self.bound.contains(&id)
+    }
+
+    /// The state root's own place: the identity of the folder that holds it and its name
+    /// there, so that a watch of that folder leaves the entry out.
+    pub fn root_entry(&self) -> Option<(Id, Vec<u8>)> {
+        let name = self.path.file_name()?.as_bytes().to_vec();
+        self.above.first().map(|&up| (up, name))
+    }
+
     /// Refuses an object met during a walk below a checked folder (a folder, or a file
     /// about to be changed): only its identity can bring the walk into the state root,
     /// so only that is looked at.

@@ -13,14 +13,17 @@ use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag, openat, readlinkat};
 use nix::sys::stat::{FileStat, Mode, fstat, fstatat};
 
+pub mod archive;
 mod creds;
 mod guard;
 mod sys;
 mod tree;
 mod upload;
+pub mod watch;
 
 pub use creds::as_user;
 pub use guard::{FinalLink, Forbidden, Guard, Id, Intent, Place, is_forbidden, resolve};
+pub use sys::{Rename, renameat2};
 pub use tree::{Smallest, page, remove};
 pub use upload::{WriteError, WriteOpts, write_atomic};
 
