@@ -6,7 +6,9 @@ Starts `BINARY serve` (gate ports on 127.0.0.1) and a small dev server of its ow
 gate's share shows), mints a grant, exchanges a token for the cookie, and measures:
 
 - small GETs, one after another on one kept-alive connection: p50 and p90 through the
-  gate and straight to the dev server, and their ratio (goal: p50 at most 1.3x);
+  gate and straight to the dev server, and their ratio (goal: p50 at most 1.3x); with
+  `--vite VITE_JS` (the `vite/bin/vite.js` of an installed Vite) the same against a real
+  Vite dev server serving a small module, the dev server the gate is for;
 - a 50 MB body down (GET) and up (POST, read and dropped by the dev server), best of
   three: throughput through the gate and straight, and their ratio (goal: at least 0.8x);
 - revoke to close: an upgraded connection (101) held open through the gate, then the
@@ -202,14 +204,14 @@ def rss_threads(pid):
     return rss, threads
 
 
-def latency(port, headers, n):
+def latency(port, headers, n, path=b"/"):
     c = Conn(port, headers)
     for _ in range(min(200, n)):
-        c.request(b"GET", b"/")
+        c.request(b"GET", path)
     times = []
     for _ in range(n):
         t = time.perf_counter()
-        status, _ = c.request(b"GET", b"/")
+        status, _ = c.request(b"GET", path)
         times.append(time.perf_counter() - t)
         if status != 200:
             sys.exit(f"GET / answered {status}")
@@ -264,10 +266,49 @@ def revoke_to_close(addr, token, dev, rounds):
     return out
 
 
+def vite_latency(vite_js, addr, token, top, n):
+    """p50/p90 of GET /msg.js (a small module, as a page's imports are) from Vite, direct
+    and through the gate."""
+    import subprocess
+    app = os.path.join(top, "app")
+    os.makedirs(app)
+    with open(os.path.join(app, "index.html"), "w") as f:
+        f.write('<!doctype html><script type="module" src="/msg.js"></script>\n')
+    with open(os.path.join(app, "msg.js"), "w") as f:
+        f.write("export const msg = 'hello';\n")
+    port = free_port()
+    v = subprocess.Popen(["node", vite_js, "--host", "127.0.0.1", "--port", str(port), "--strictPort"],
+                         cwd=app, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         env=dict(os.environ, BROWSER="none", CI="true"))
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                if Conn(port).request(b"GET", b"/msg.js")[0] == 200:
+                    break
+            except OSError:
+                pass
+            if time.time() > deadline:
+                sys.exit("Vite did not answer within 60 s")
+            time.sleep(0.2)
+        gate = free_port()
+        _, cookie = mint(addr, token, port, gate, "vite")
+        d50, d90 = latency(port, b"", n, b"/msg.js")
+        g50, g90 = latency(gate, cookie, n, b"/msg.js")
+        print(f"Vite, GET /msg.js, {n} in a row on one connection:")
+        print(f"  direct   p50 {d50 * 1e6:7.1f} us   p90 {d90 * 1e6:7.1f} us")
+        print(f"  gate     p50 {g50 * 1e6:7.1f} us   p90 {g90 * 1e6:7.1f} us")
+        print(f"  ratio    p50 {g50 / d50:.2f}x (goal <= 1.3x)   p90 {g90 / d90:.2f}x")
+    finally:
+        v.terminate()
+        v.wait(timeout=30)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("binary")
     ap.add_argument("--quick", action="store_true", help="fewer requests and connections")
+    ap.add_argument("--vite", metavar="VITE_JS", help="also measure against a real Vite dev server")
     a = ap.parse_args()
     n = 500 if a.quick else 3000
     conns = 50 if a.quick else 200
@@ -286,6 +327,9 @@ def main():
             print(f"  gate     p50 {g50 * 1e6:7.1f} us   p90 {g90 * 1e6:7.1f} us")
             print(f"  ratio    p50 {g50 / d50:.2f}x (goal <= 1.3x)   p90 {g90 / d90:.2f}x   "
                   f"added p50 {(g50 - d50) * 1e6:.1f} us")
+
+            if a.vite:
+                vite_latency(a.vite, addr, token, top, n // 3)
 
             for up in (False, True):
                 what = "POST 50 MB up" if up else "GET 50 MB down"

@@ -1054,6 +1054,28 @@ fn a_dev_server_on_another_loopback_address_is_reached_and_one_beyond_it_is_bypa
 }
 
 #[test]
+fn a_public_grant_needs_no_cookie_until_it_is_revoked() {
+    let dev = Dev::start();
+    let s = serve();
+    let gate = free_port();
+    let g = mint(
+        &s,
+        json!({"port": dev.port, "gatePort": gate, "public": true}),
+    );
+    assert_eq!(g["public"], true);
+    gate_up(gate);
+    let got = Raw::open(gate).get("/headers", &[]);
+    assert_eq!(got.status, 200);
+    assert!(!got.text().contains("gitterm-preview"));
+    let r = s.client().post(
+        &format!("/v1/previews/grants/{}/revoke", id(&g)),
+        &json!({}),
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(Raw::open(gate).get("/", &[]).status, 401);
+}
+
+#[test]
 fn mints_are_checked() {
     let s = serve();
     let mut c = s.client();

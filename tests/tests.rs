@@ -51,6 +51,8 @@ mod protocol;
 mod pty;
 /// Unknown body fields and query parameters refused, naming the closest known one.
 mod refusals;
+/// Job resources and process control: limits, usage, OOM kills, signals, argv, stderr apart.
+mod resources;
 /// Jobs and callers that try to wedge or fool the agent: unread input, killed supervisors.
 mod robust;
 /// Sessions: the folder and variables carried between commands, each command a job.

@@ -418,7 +418,8 @@ mod tests {
             | Route::JobResize
             | Route::JobPty
             | Route::PtyTicket
-            | Route::LogTicket => (404, "no job"),
+            | Route::LogTicket
+            | Route::SignalJob => (404, "no job"),
             Route::EventsTicket => (200, "\"ticket\":"),
             Route::GetEnv | Route::SetEnv => (200, "\"names\":[]"),
             Route::Sandbox => (200, "\"bootId\":\"boot-a\""),

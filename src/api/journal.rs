@@ -37,6 +37,10 @@ pub struct JobCounts {
     pub output_bytes: u64,
     /// Secret occurrences masked in the output of the jobs that ended.
     pub redactions: u64,
+    /// CPU seconds used by the jobs that ended.
+    pub cpu_seconds: f64,
+    /// Jobs that ended with an OOM kill.
+    pub oom_kills: u64,
 }
 
 /// Requests of one route: by status code, and their durations.
@@ -143,6 +147,8 @@ impl Feed {
                         *inner.jobs.ended.entry(e.event.status.clone()).or_default() += 1;
                         inner.jobs.output_bytes += e.event.output_bytes.unwrap_or(0);
                         inner.jobs.redactions += e.event.redactions.unwrap_or(0);
+                        inner.jobs.cpu_seconds += e.event.cpu_seconds.unwrap_or(0.0);
+                        inner.jobs.oom_kills += u64::from(e.event.oom_killed);
                     }
                 }
             }

@@ -84,10 +84,10 @@ routes! {
     /// One record plus its output tail; long-polls for the end on request.
     GetJob = "GET" "/v1/jobs/{id}", Scoped, ["waitSeconds"], Json(handlers::jobs::get);
     /// A page of a job's output.
-    JobOutput = "GET" "/v1/jobs/{id}/output", Scoped, ["offset", "limit", "waitSeconds"],
+    JobOutput = "GET" "/v1/jobs/{id}/output", Scoped, ["offset", "limit", "waitSeconds", "stream"],
         Json(handlers::output::page);
     /// The whole stored output as plain text, streamed; one byte range; or followed.
-    JobLog = "GET" "/v1/jobs/{id}/log", Scoped, ["follow", "ticket"], Stream(handlers::log::get);
+    JobLog = "GET" "/v1/jobs/{id}/log", Scoped, ["follow", "ticket", "stream"], Stream(handlers::log::get);
     /// A single-use ticket that opens this job's followed log without the bearer header.
     LogTicket = "POST" "/v1/jobs/{id}/log/tickets", Scoped, [], Json(handlers::log::ticket);
     /// TERM, then KILL, to the whole job.
@@ -150,6 +150,8 @@ routes! {
     DeleteSession = "DELETE" "/v1/sessions/{id}", Full, [], Json(handlers::sessions::delete);
     /// Start the session's next command (one at a time), answered as a job start.
     StartSessionJob = "POST" "/v1/sessions/{id}/jobs", Scoped, [], Json(handlers::sessions::start);
+    /// A signal to a running job's process group, or to every process of it.
+    SignalJob = "POST" "/v1/jobs/{id}/signal", Full, [], Json(handlers::signal::send);
     /// A folder as one tar or tar.gz archive, streamed.
     GetArchive = "GET" "/v1/files/archive", Full, ["path", "format"], Stream(handlers::archive::get);
     /// Unpack a streamed tar or tar.gz archive into a folder, all or nothing.
@@ -323,7 +325,8 @@ mod tests {
     /// The JSON body fields a route reads (`None`: it reads no body at all).
     fn body_fields(route: Route) -> Option<&'static [&'static str]> {
         use crate::api::request::{
-            ENV_FIELDS, MKDIR_FIELDS, MOVE_FIELDS, PREVIEW_FIELDS, RESIZE_FIELDS, START_FIELDS,
+            ENV_FIELDS, MKDIR_FIELDS, MOVE_FIELDS, PREVIEW_FIELDS, RESIZE_FIELDS, SIGNAL_FIELDS,
+            START_FIELDS,
         };
         use crate::api::request::{SESSION_FIELDS, session_job_fields};
         match route {
@@ -334,6 +337,7 @@ mod tests {
             Route::GrantToken | Route::RevokeGrant => Some(&[]),
             Route::CancelJob => Some(&[]),
             Route::JobResize => Some(RESIZE_FIELDS),
+            Route::SignalJob => Some(SIGNAL_FIELDS),
             Route::JobStdin | Route::JobPty => None,
             Route::PtyTicket | Route::LogTicket | Route::EventsTicket => Some(&[]),
             Route::MakeDir => Some(MKDIR_FIELDS),

@@ -72,8 +72,21 @@ pub struct Args {
     limits: LimitArgs,
     /// Run the command in this session (see `session new`): in its folder, with its
     /// variables, and what it changes carries to the session's next command
-    #[arg(long, value_name = "ID", conflicts_with_all = ["cwd", "tty"])]
+    #[arg(long, value_name = "ID", conflicts_with_all = ["cwd", "tty", "argv"])]
     session: Option<String>,
+    /// The job's memory limit (bytes, or with K, M, G: 512M), enforced on its cgroup
+    #[arg(long, value_name = "SIZE", value_parser = crate::model::resources::parse_size)]
+    memory: Option<u64>,
+    /// The job's CPU limit, in cores (1.5: one and a half)
+    #[arg(long, value_name = "N")]
+    cpus: Option<f64>,
+    /// The most processes and threads the job may have at once
+    #[arg(long, value_name = "N")]
+    pids: Option<u64>,
+    /// Run the words after -- as the program and its arguments, without a shell (no
+    /// globbing, no $VARIABLES: each word is passed exactly)
+    #[arg(long)]
+    argv: bool,
     /// The command; words are joined with single spaces (as ssh does)
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<String>,
@@ -81,8 +94,19 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<i32> {
     let cfg = a.limits.config();
+    let limits = crate::model::resources::Limits {
+        memory_bytes: a.memory,
+        cpus: a.cpus,
+        pids: a.pids,
+    };
     let mut req = StartRequest {
-        command: a.command.join(" "),
+        command: if a.argv {
+            crate::model::resources::shell_quote(&a.command)
+        } else {
+            a.command.join(" ")
+        },
+        argv: a.argv.then(|| a.command.clone()),
+        limits: (!limits.is_empty()).then_some(limits),
         cwd: a.cwd.map(|c| c.to_string_lossy().into_owned()),
         timeout_seconds: a.timeout.map(|t| t.0),
         idle_timeout_seconds: a.idle_timeout.map(|t| t.0),
@@ -225,10 +249,11 @@ fn notice(rec: &JobRecord, default_timeout: bool) -> Option<String> {
             "job {id} is still running; follow it with: gitterm-agent logs --follow {id}"
         ));
     }
+    // An OOM kill is told even when the job went on and succeeded.
     let reason = rec
         .reason
         .as_deref()
-        .filter(|_| rec.status != Status::Succeeded)?;
+        .filter(|_| rec.status != Status::Succeeded || rec.oom_killed)?;
     let cap = if default_timeout
         && rec.status == Status::TimedOut
         && reason.starts_with("timed out after")
@@ -238,6 +263,7 @@ fn notice(rec: &JobRecord, default_timeout: bool) -> Option<String> {
         ""
     };
     (matches!(rec.status, Status::TimedOut | Status::Lost)
+        || rec.oom_killed
         || rec.output_truncated
         || rec.exit_code.is_none())
     .then(|| format!("job {id} {}: {reason}{cap}", rec.status.as_str()))

@@ -49,6 +49,8 @@ pub fn after_help() -> String {
 /// every command's arguments and help up front cost `exec` some 100 us of its start.
 #[derive(Subcommand)]
 #[command(defer = true)]
+// Parsed once per run: boxing exec's flags would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Cmd {
     /// Run a shell command as a job; stream its output and exit with its status
     #[command(after_help = exec::after_help())]

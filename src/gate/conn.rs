@@ -26,8 +26,7 @@ pub(super) fn connection(gate: &Gate, gate_port: u16, client: TcpStream, peer: S
     let Ok(reading) = client.try_clone() else {
         return;
     };
-    // 64 KiB: a request body streams through it (pages are touched only as it fills).
-    let mut r = BufReader::with_capacity(64 << 10, Stream::from(reading));
+    let mut r = BufReader::with_capacity(super::STREAM_BUFFER, Stream::from(reading));
     let mut w = client;
     let mut counted: Option<Counted> = None;
     let mut upstream: Option<Upstream> = None;

@@ -77,7 +77,7 @@ fn connect(port: u16) -> io::Result<Upstream> {
     let w = s.try_clone()?;
     Ok(Upstream {
         port,
-        r: BufReader::with_capacity(64 << 10, s),
+        r: BufReader::with_capacity(super::STREAM_BUFFER, s),
         w,
     })
 }
@@ -261,11 +261,12 @@ pub(super) fn forward(
         }
     };
     let up_head = upstream_head(head, req.framing, req.port, req.peer, upgrade);
-    let _ = up.w.set_write_timeout(Some(gate.cfg.http.write_timeout));
-    let _ =
-        up.r.get_ref()
-            .set_read_timeout(Some(gate.cfg.upstream_head_timeout));
+    if !reused {
+        timeouts(gate, &up);
+    }
     let limits = &gate.cfg.http;
+    // Set by the pump once it has read the browser's body to its end.
+    let read_all = &std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|sc| {
         let mut first = up.w.write_all(&up_head);
         if first.is_err() && reused && !has_body {
@@ -273,6 +274,7 @@ pub(super) fn forward(
             match connect(req.port) {
                 Ok(u) => {
                     up = u;
+                    timeouts(gate, &up);
                     if let Some(s) = up.socket() {
                         counted.add(s);
                     }
@@ -296,7 +298,8 @@ pub(super) fn forward(
         } else {
             (None, Some(r))
         };
-        let pump = pump_r.map(|r| sc.spawn(move || pump_body(r, framing, limits, &mut pump_to)));
+        let pump =
+            pump_r.map(|r| sc.spawn(move || pump_body(r, framing, limits, &mut pump_to, read_all)));
         // Cuts what is left of the request: the browser's side (the pump reads it) and the
         // dev server's (the pump writes it), then waits for the pump.
         let abandon = |pump: Option<std::thread::ScopedJoinHandle<'_, io::Result<bool>>>,
@@ -397,14 +400,37 @@ pub(super) fn forward(
         // After a refused upgrade the connection closes: what the browser sends next was
         // meant for another protocol, and must not be read as HTTP.
         let close = req.close || upgrade || (streams && !chunked);
-        let sent = w.write_all(&downstream_head(head.minor, &rh, body, chunked, close));
-        let _ =
-            up.r.get_ref()
-                .set_read_timeout(Some(gate.cfg.stream_idle_timeout));
-        let relayed = sent.and_then(|()| client::relay_body(&mut up.r, body, w, chunked));
+        let mut out = downstream_head(head.minor, &rh, body, chunked, close);
+        let relayed = match body {
+            // A small body already read goes out with its head, in one write.
+            ResponseBody::Length(n) if n <= 64 << 10 && up.r.buffer().len() as u64 >= n => {
+                out.extend_from_slice(&up.r.buffer()[..n as usize]);
+                up.r.consume(n as usize);
+                w.write_all(&out).map(|()| n)
+            }
+            // A stream may be silent for long between events; a sized body may not.
+            _ if streams => {
+                let _ =
+                    up.r.get_ref()
+                        .set_read_timeout(Some(gate.cfg.stream_idle_timeout));
+                let relayed = w
+                    .write_all(&out)
+                    .and_then(|()| client::relay_body(&mut up.r, body, w, chunked));
+                let _ =
+                    up.r.get_ref()
+                        .set_read_timeout(Some(gate.cfg.upstream_head_timeout));
+                relayed
+            }
+            _ => w
+                .write_all(&out)
+                .and_then(|()| client::relay_body(&mut up.r, body, w, chunked)),
+        };
         let mut keep = !close && relayed.is_ok();
         if let Some(p) = pump {
-            if p.is_finished() {
+            // Once the browser's body was read whole, what is left of the pump is its last
+            // write to the dev server: wait for it. Else the body is still coming after
+            // the answer, and the connection cannot carry another request.
+            if p.is_finished() || read_all.load(std::sync::atomic::Ordering::SeqCst) {
                 keep &= matches!(p.join(), Ok(Ok(true)));
             } else {
                 keep = false;
@@ -428,20 +454,31 @@ pub(super) fn forward(
     })
 }
 
+/// Sets a new dev server connection's timeouts: writes as the browser's, reads (the wait
+/// for an answer) as `upstream_head_timeout`.
+fn timeouts(gate: &Gate, up: &Upstream) {
+    let _ = up.w.set_write_timeout(Some(gate.cfg.http.write_timeout));
+    let _ =
+        up.r.get_ref()
+            .set_read_timeout(Some(gate.cfg.upstream_head_timeout));
+}
+
 /// Sends the browser's request body on as it arrives: true once it was read to its end.
 fn pump_body(
     r: &mut BufReader<Stream>,
     framing: Framing,
     limits: &crate::http::Limits,
     up: &mut TcpStream,
+    read_all: &std::sync::atomic::AtomicBool,
 ) -> io::Result<bool> {
     let mut body = BodyReader::new(r, framing, limits, u64::MAX);
-    let mut buf = vec![0u8; 64 << 10];
+    let mut buf = vec![0u8; super::STREAM_BUFFER];
     let chunked = framing == Framing::Chunked;
     let res = (|| {
         loop {
             let n = body.read(&mut buf)?;
             if n == 0 {
+                read_all.store(body.complete(), std::sync::atomic::Ordering::SeqCst);
                 break;
             }
             if chunked {

@@ -82,6 +82,15 @@ fn validate(req: &StartRequest, cfg: &Config) -> Result<Resolved> {
         )));
     }
     env::check_all(&req.env)?;
+    if req.separate_stderr && req.pty.is_some() {
+        return Err(Error::Invalid(
+            "separateStderr and pty exclude each other: a terminal has one stream".into(),
+        ));
+    }
+    if let Some(l) = &req.limits {
+        l.check()?;
+        crate::os::cgroup::check_limits(l).map_err(Error::Conflict)?;
+    }
     if (req.interactive || req.pty.is_some()) && req.stdin.is_some() {
         return Err(Error::Invalid(
             "stdin and interactive exclude each other: an interactive job's stdin is \
@@ -409,6 +418,11 @@ fn create_and_spawn(
         cgroup: None,
         session_id: req.session.as_ref().map(|s| s.id.to_string()),
         session_saved: None,
+        limits: req.limits.filter(|l| !l.is_empty()),
+        usage: Default::default(),
+        oom_killed: false,
+        cgroups_v1: Vec::new(),
+        stderr_bytes: req.separate_stderr.then_some(0),
         extra: Default::default(),
     };
     // The record holds only the masked command; the real one and the secret values
@@ -427,6 +441,9 @@ fn create_and_spawn(
         interactive: req.interactive || req.pty.is_some(),
         pty: req.pty,
         session: req.session.clone(),
+        limits: req.limits.filter(|l| !l.is_empty()),
+        argv: req.argv.clone(),
+        separate_stderr: req.separate_stderr,
         record,
     };
 

@@ -7,4 +7,5 @@ pub mod launch;
 pub mod secrets;
 pub mod session;
 pub mod settle;
+pub mod signal;
 pub mod supervisor;

@@ -195,8 +195,17 @@ fn load_within(store: &Store, id: &JobId, wait: Duration, anyway: bool) -> Resul
         }
         return Ok(rec);
     }
-    let sweep = (!stale_boot)
-        .then(|| crate::os::sweep::sweep_job(id.as_str(), rec.cgroup.as_deref().map(Path::new)));
+    // What its cgroups measured, before the sweep removes them: the lost job's last usage.
+    if !stale_boot {
+        crate::state::store::live_usage(&mut rec);
+    }
+    let sweep = (!stale_boot).then(|| {
+        crate::os::sweep::sweep_job_with(
+            id.as_str(),
+            rec.cgroup.as_deref().map(Path::new),
+            &rec.cgroups_v1,
+        )
+    });
     // Whoever still holds the folder's lock is a process of the job (or a reader of an
     // older version): named, ended or not.
     let holders = if held {

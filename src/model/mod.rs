@@ -7,6 +7,7 @@ pub mod id;
 pub mod limits;
 pub mod preview;
 pub mod record;
+pub mod resources;
 pub mod secret;
 pub mod session;
 pub mod spec;

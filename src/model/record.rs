@@ -142,6 +142,21 @@ pub struct JobRecord {
     /// A session's command, once ended: whether what it changed became the session's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_saved: Option<bool>,
+    /// The limits the job runs under (`limits` of the request); absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<super::resources::Limits>,
+    /// What the job used; final once it ended. Answers fill it in live while it runs.
+    #[serde(default)]
+    pub usage: super::resources::Usage,
+    /// True when the kernel's OOM killer ended one of the job's processes.
+    #[serde(default)]
+    pub oom_killed: bool,
+    /// The job's cgroup v1 folders (one per hierarchy it joined), where it has them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cgroups_v1: Vec<String>,
+    /// Bytes in stderr.log, for a job started with `separateStderr`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_bytes: Option<u64>,
     /// Fields this binary does not know, kept on rewrite.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,

@@ -60,6 +60,12 @@ pub struct StartRequest {
     pub pty: Option<PtySize>,
     /// The job is a session's command: its state is restored first and saved at its end.
     pub session: Option<super::session::SessionRun>,
+    /// Limits on the job's cgroup.
+    pub limits: Option<super::resources::Limits>,
+    /// Run this program with these arguments, without a shell (instead of `command`).
+    pub argv: Option<Vec<String>>,
+    /// Keep the job's stderr apart in stderr.log too.
+    pub separate_stderr: bool,
 }
 
 /// A terminal's size, in character cells.
@@ -84,6 +90,13 @@ impl StartRequest {
             format!("user {:?}", self.user).into_bytes(),
             format!("interactive {:?} {:?}", self.interactive, self.pty).into_bytes(),
         ];
+        if self.limits.is_some() || self.argv.is_some() || self.separate_stderr {
+            parts
+                .push(format!("resources {:?} {}", self.limits, self.separate_stderr).into_bytes());
+            for w in self.argv.iter().flatten() {
+                parts.push(format!("argv {w}").into_bytes());
+            }
+        }
         for (k, v) in &self.env {
             parts.push(format!("env {k}").into_bytes());
             parts.push(v.as_bytes().to_vec());
@@ -170,6 +183,15 @@ pub struct Spec {
     /// The job is a session's command (see `crate::model::session`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<super::session::SessionRun>,
+    /// Limits on the job's cgroup.
+    #[serde(default)]
+    pub limits: Option<super::resources::Limits>,
+    /// The program and its arguments, run without a shell; absent: `/bin/sh -c command`.
+    #[serde(default)]
+    pub argv: Option<Vec<String>>,
+    /// The job's stderr also goes, alone, to stderr.log.
+    #[serde(default)]
+    pub separate_stderr: bool,
     /// The job's first record, without its pids: the supervisor completes it and writes
     /// it once the shell runs (one record write per start, not two).
     pub record: super::JobRecord,

@@ -281,3 +281,43 @@ mod tests {
         one.wait().unwrap();
     }
 }
+
+/// Where `execvp` would find `prog` on `path` (a `:` list): a name with a `/` is used as
+/// it is, else the first regular file of that name with an execute bit in a listed
+/// folder. Empty entries are skipped.
+pub fn find_program(prog: &str, path: &str) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    if prog.is_empty() {
+        return None;
+    }
+    if prog.contains('/') {
+        return Some(prog.to_string());
+    }
+    path.split(':').filter(|d| !d.is_empty()).find_map(|d| {
+        let p = Path::new(d).join(prog);
+        let md = fs::metadata(&p).ok()?;
+        (md.is_file() && md.permissions().mode() & 0o111 != 0)
+            .then(|| p.to_string_lossy().into_owned())
+    })
+}
+
+/// The `comm` of a process (control characters dropped), `None` when it is gone.
+pub fn comm(pid: i32) -> Option<String> {
+    let c = read_kernel_file(format!("/proc/{pid}/comm")).ok()?;
+    Some(c.trim_end().chars().filter(|c| !c.is_control()).collect())
+}
+
+#[cfg(test)]
+mod program_tests {
+    use super::*;
+
+    #[test]
+    fn programs_are_found_as_execvp_does() {
+        assert_eq!(
+            find_program("sh", "/nonexistent::/bin").as_deref(),
+            Some("/bin/sh")
+        );
+        assert_eq!(find_program("./x", "").as_deref(), Some("./x"));
+        assert_eq!(find_program("no-such-program-here", "/bin:/usr/bin"), None);
+    }
+}

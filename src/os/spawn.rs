@@ -67,10 +67,16 @@ pub struct JobStart {
     pub stderr: OwnedFd,
     /// The job's cgroup folder, opened: the shell is created inside it.
     pub cgroup: Option<OwnedFd>,
+    /// The `cgroup.procs` files of the job's cgroup v1 folders, opened for writing: the
+    /// shell joins each while still privileged.
+    pub v1_procs: Vec<OwnedFd>,
     pub creds: Option<Credentials>,
     /// stdin is a terminal's slave: make it the new session's controlling terminal.
     pub controlling_tty: bool,
 }
+
+/// The most cgroup v1 folders a job joins (memory, cpu, pids).
+pub const MAX_V1: usize = 4;
 
 /// clone3's flag to create the child in the cgroup `cgroup` names (Linux 5.7).
 const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
@@ -210,7 +216,12 @@ pub fn start_job(job: JobStart) -> io::Result<Started> {
         None => None,
     };
     let raw = |f: &OwnedFd| f.as_raw_fd();
+    let mut v1 = [-1; MAX_V1];
+    for (slot, f) in v1.iter_mut().zip(&job.v1_procs) {
+        *slot = f.as_raw_fd();
+    }
     let child = Child {
+        v1,
         argv: &argv,
         envp: &envp,
         cwd: &job.cwd,
@@ -253,9 +264,11 @@ pub fn start_job(job: JobStart) -> io::Result<Started> {
 fn clone_into_cgroup(cgroup: RawFd, child: &Child) -> Option<i32> {
     // A child that switches to the job's user can be stopped by that user's processes
     // before its exec, and a parent that waits for the exec inside clone could not stop
-    // waiting: such a child is forked, and its exec waited for with a bound.
+    // waiting: such a child is forked, and its exec waited for with a bound. So is one
+    // that joins cgroup v1 groups: its first write to a `cgroup.procs` waits for an RCU
+    // grace period, which a forked child spends while its parent writes the record.
     #[cfg(target_arch = "x86_64")]
-    if child.creds.is_none() {
+    if child.creds.is_none() && child.v1[0] < 0 {
         return clone_vfork_into_cgroup(cgroup, child);
     }
     clone_fork_into_cgroup(cgroup, child)
@@ -361,6 +374,7 @@ pub enum Step {
     User = 3,
     Cwd = 4,
     Exec = 5,
+    Cgroup = 6,
 }
 
 impl From<i32> for Step {
@@ -370,6 +384,7 @@ impl From<i32> for Step {
             2 => Step::Session,
             3 => Step::User,
             4 => Step::Cwd,
+            6 => Step::Cgroup,
             _ => Step::Exec,
         }
     }
@@ -390,6 +405,7 @@ impl std::fmt::Display for SpawnError {
             Step::User => "could not switch to the job's user",
             Step::Cwd => "could not enter its working folder (cwd) as the job's user",
             Step::Exec => "could not run /bin/sh",
+            Step::Cgroup => "could not join the job's cgroup v1 groups (its limits)",
         };
         write!(f, "{what}: {}", self.error)
     }
@@ -411,6 +427,8 @@ struct Child<'a> {
     cwd: &'a CString,
     fds: [RawFd; 3],
     procs: Option<RawFd>,
+    /// cgroup v1 `cgroup.procs` files to join, -1 past the last.
+    v1: [RawFd; MAX_V1],
     creds: Option<&'a Credentials>,
     tty: bool,
     parent: i32,
@@ -474,6 +492,13 @@ impl Child<'_> {
             // Joined while still privileged: the user may not write any cgroup.procs.
             if let Some(fd) = self.procs {
                 libc::write(fd, b"0".as_ptr().cast(), 1);
+            }
+            // The v1 groups carry the job's limits: a shell that did not join one must
+            // not run.
+            for &fd in self.v1.iter().take_while(|&&fd| fd >= 0) {
+                if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                    fail(self.err, Step::Cgroup);
+                }
             }
             if let Some(c) = self.creds {
                 // Never in a clone that shares our memory (see `clone_into_cgroup`), so

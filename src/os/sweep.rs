@@ -30,11 +30,18 @@ const NAMED: usize = 8;
 /// environment. A process that both left the cgroup and cleared its marker cannot be
 /// found; the report says what was done so that a record never claims more.
 pub fn sweep_job(job_id: &str, recorded_cgroup: Option<&Path>) -> Sweep {
+    sweep_job_with(job_id, recorded_cgroup, &[])
+}
+
+/// [`sweep_job`] with the job's cgroup v1 folders as its record names them (removed
+/// with the rest; ones that are not the job's are ignored).
+pub fn sweep_job_with(job_id: &str, recorded_cgroup: Option<&Path>, v1: &[String]) -> Sweep {
     let mut report = Sweep::default();
     // The supervisor's own cgroup path, as recorded, beats one derived from the reader's.
     let cg = recorded_cgroup
         .and_then(|p| JobCgroup::recorded(p, job_id))
-        .or_else(|| JobCgroup::existing(job_id));
+        .or_else(|| JobCgroup::existing(job_id))
+        .map(|c| c.with_v1(v1, job_id));
     let mut in_cgroup = Vec::new();
     if let Some(cg) = &cg {
         report.had_cgroup = true;

@@ -56,6 +56,12 @@ pub struct Event {
     /// Secret occurrences masked in its output, once the job has ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redactions: Option<u64>,
+    /// CPU seconds the job used, once it has ended (where measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_seconds: Option<f64>,
+    /// True when the kernel's OOM killer ended one of its processes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub oom_killed: bool,
 }
 
 impl Event {
@@ -74,6 +80,8 @@ impl Event {
             },
             output_bytes: ended.then_some(rec.output_bytes),
             redactions: rec.redactions.filter(|_| ended),
+            cpu_seconds: rec.usage.cpu_seconds.filter(|_| ended),
+            oom_killed: rec.oom_killed && ended,
         }
     }
 }
@@ -404,6 +412,8 @@ mod tests {
             at: "2026-01-01T00:00:00Z".into(),
             output_bytes: Some(3),
             redactions: None,
+            cpu_seconds: None,
+            oom_killed: false,
         }
     }
 

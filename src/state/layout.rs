@@ -82,3 +82,9 @@ pub fn default_root() -> PathBuf {
         .unwrap_or_else(|| "/root".into());
     PathBuf::from(home).join(".gitterm")
 }
+/// In a job folder: one line per signal a request sent to the job (`SIGNAL TARGET`), for
+/// the final record's reason.
+pub const SIGNALS: &str = "signals";
+/// In a job folder: the job's standard error alone, for a job started with
+/// `separateStderr` (sanitized and redacted as output.log is).
+pub const STDERR: &str = "stderr.log";

@@ -207,7 +207,12 @@ impl Store {
 
     /// The last [`TAIL_BYTES`] of output, starting on a character boundary.
     pub fn tail(&self, id: &JobId) -> String {
-        let Ok(mut f) = File::open(self.job_dir(id).join(OUTPUT)) else {
+        self.tail_of(id, OUTPUT)
+    }
+
+    /// The last [`TAIL_BYTES`] of the job's file `name` (output.log, stderr.log).
+    pub fn tail_of(&self, id: &JobId, name: &str) -> String {
+        let Ok(mut f) = File::open(self.job_dir(id).join(name)) else {
             return String::new();
         };
         let len = f.metadata().map(|m| m.len()).unwrap_or(0);
@@ -233,10 +238,19 @@ impl Store {
         if rec.status == Status::Running {
             rec.output_bytes = self.output_size(&rec.id);
             pending = self.pending(&rec.id);
+            live_usage(&mut rec);
+            if rec.stderr_bytes.is_some() {
+                rec.stderr_bytes = fs::metadata(self.job_dir(&rec.id).join(STDERR))
+                    .map(|m| m.len())
+                    .ok();
+            }
         }
         let mut v = rec.view(self.tail(&rec.id));
         if let Some(o) = v.as_object_mut() {
             o.insert("pending".into(), pending.into());
+            if rec.stderr_bytes.is_some() {
+                o.insert("stderr".into(), self.tail_of(&rec.id, STDERR).into());
+            }
         }
         v
     }
@@ -253,12 +267,17 @@ impl Store {
     /// Reads a page of output: at most `limit` bytes from `offset`, cut on a character
     /// boundary (but always at least one whole character when there is one).
     pub fn read_page(&self, id: &JobId, offset: u64, limit: usize) -> Result<Page> {
+        self.read_page_of(id, OUTPUT, offset, limit)
+    }
+
+    /// [`Store::read_page`] of the job's file `name` (output.log, stderr.log).
+    pub fn read_page_of(&self, id: &JobId, name: &str, offset: u64, limit: usize) -> Result<Page> {
         if limit == 0 || limit > MAX_PAGE {
             return Err(Error::Invalid(format!(
                 "limit must be between 1 and {MAX_PAGE}, got {limit}"
             )));
         }
-        let path = self.job_dir(id).join(OUTPUT);
+        let path = self.job_dir(id).join(name);
         let mut f = match File::open(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -300,5 +319,16 @@ impl Store {
             data,
             eof: next >= len,
         })
+    }
+}
+
+/// Fills in a running job's `usage` from its cgroups as they are now (a few small reads);
+/// without a cgroup it stays as recorded (null figures until the end).
+pub fn live_usage(rec: &mut JobRecord) {
+    if rec.status == Status::Running
+        && let Some(u) =
+            crate::os::cgroup::live_usage(rec.cgroup.as_deref(), &rec.cgroups_v1, rec.id.as_str())
+    {
+        rec.usage = u;
     }
 }

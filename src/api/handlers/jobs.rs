@@ -104,7 +104,10 @@ pub fn list(app: &App, call: &Call<'_>) -> Reply {
             // Read again: only the page's records are ever held whole. One that is gone or
             // changed meanwhile is left out.
             (Place::Job(_, id), _) => match crate::job::settle::load_listed(&app.store, id) {
-                Ok(r) if wanted(&r) => serde_json::to_value(&r).unwrap_or_default(),
+                Ok(mut r) if wanted(&r) => {
+                    crate::state::store::live_usage(&mut r);
+                    serde_json::to_value(&r).unwrap_or_default()
+                }
                 _ => continue,
             },
         };

@@ -18,7 +18,6 @@ use crate::api::waits::{Hub, Kind, RECHECK, Watch};
 use crate::http::{BodyOut, Response, Source, Streamed};
 use crate::model::JobId;
 use crate::model::error::{Error, Result};
-use crate::state::layout::OUTPUT;
 use crate::state::store::Store;
 
 const TEXT: &str = "text/plain; charset=utf-8";
@@ -43,7 +42,10 @@ pub fn get(app: &App, call: &Call<'_>) -> Answer {
     // The record first: an unknown job is 404, and once it says "ended" all of the output
     // is on disk.
     let rec = crate::job::settle::settle_and_load(&app.store, &id)?;
-    let path = app.store.job_dir(&id).join(OUTPUT);
+    let path = app
+        .store
+        .job_dir(&id)
+        .join(super::output::stream_file(call.query, &rec)?);
     let file = open(&path, &id)?;
     if follow {
         if !ranges.is_empty() {

@@ -37,6 +37,63 @@ fn process() -> (u64, u64) {
     (rss, fds)
 }
 
+/// The job CPU and OOM counters and the sandbox's gauges.
+fn resources(out: &mut String, app: &App, jobs: &crate::api::journal::JobCounts) {
+    family(
+        out,
+        "gitterm_job_cpu_seconds_total",
+        "counter",
+        "CPU seconds used by the jobs that ended (every process of each).",
+    );
+    let _ = writeln!(out, "gitterm_job_cpu_seconds_total {}", jobs.cpu_seconds);
+    family(
+        out,
+        "gitterm_job_oom_kills_total",
+        "counter",
+        "Jobs that ended with one of their processes ended by the kernel's OOM killer.",
+    );
+    let _ = writeln!(out, "gitterm_job_oom_kills_total {}", jobs.oom_kills);
+    let r = crate::os::resources::sandbox(app.store.root());
+    let gauges: [(&str, &str, Option<f64>); 6] = [
+        (
+            "gitterm_sandbox_cpus",
+            "CPUs the agent may run on.",
+            Some(r.cpus as f64),
+        ),
+        (
+            "gitterm_sandbox_memory_total_bytes",
+            "The sandbox's memory (MemTotal).",
+            r.memory_total_bytes.map(|v| v as f64),
+        ),
+        (
+            "gitterm_sandbox_memory_available_bytes",
+            "Memory available without swapping (MemAvailable).",
+            r.memory_available_bytes.map(|v| v as f64),
+        ),
+        (
+            "gitterm_sandbox_disk_total_bytes",
+            "Size of the state root's filesystem.",
+            r.disk_total_bytes.map(|v| v as f64),
+        ),
+        (
+            "gitterm_sandbox_disk_free_bytes",
+            "Free space on the state root's filesystem (for unprivileged users).",
+            r.disk_free_bytes.map(|v| v as f64),
+        ),
+        (
+            "gitterm_sandbox_load1",
+            "The 1-minute load average.",
+            r.load1,
+        ),
+    ];
+    for (name, help, v) in gauges {
+        if let Some(v) = v {
+            family(out, name, "gauge", help);
+            let _ = writeln!(out, "{name} {v}");
+        }
+    }
+}
+
 /// `GET /v1/metrics`: the scrape's text.
 pub fn get(app: &App, _: &Call<'_>) -> Answer {
     app.feed.follow();
@@ -85,6 +142,7 @@ pub fn get(app: &App, _: &Call<'_>) -> Answer {
         "Secret occurrences masked in the output of the jobs that ended.",
     );
     let _ = writeln!(out, "gitterm_redactions_total {}", jobs.redactions);
+    resources(&mut out, app, &jobs);
     family(
         &mut out,
         "gitterm_http_requests_total",

@@ -19,6 +19,7 @@ pub mod previews;
 pub mod pty;
 pub mod sandbox;
 pub mod sessions;
+pub mod signal;
 pub mod watches;
 
 use std::io::Read;

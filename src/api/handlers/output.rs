@@ -29,7 +29,9 @@ pub fn page(app: &App, call: &Call<'_>) -> Reply {
         let seen = w.as_ref().map(|w| w.marks());
         // The record first: once it says "ended", all output is already on disk.
         let rec = crate::job::settle::settle_and_load(&app.store, &id)?;
-        let page = app.store.read_page(&id, offset, limit)?;
+        let page = app
+            .store
+            .read_page_of(&id, stream_file(q, &rec)?, offset, limit)?;
         let done = rec.status.is_final() && page.eof;
         let stop = !page.data.is_empty()
             || rec.status.is_final()
@@ -59,5 +61,26 @@ pub fn page(app: &App, call: &Call<'_>) -> Reply {
             answer["pending"] = pending.into();
         }
         return Ok(answer);
+    }
+}
+
+/// The file `?stream=` names: `output` (the default: output.log, both streams) or
+/// `stderr` (stderr.log, for a job started with `separateStderr`).
+pub(super) fn stream_file(
+    q: &request::Query,
+    rec: &crate::model::JobRecord,
+) -> crate::model::error::Result<&'static str> {
+    use crate::model::error::Error;
+    match q.get("stream") {
+        None | Some("output") => Ok(crate::state::layout::OUTPUT),
+        Some("stderr") if rec.stderr_bytes.is_some() => Ok(crate::state::layout::STDERR),
+        Some("stderr") => Err(Error::Invalid(format!(
+            "job {} keeps no stderr apart: start it with separateStderr: true to read \
+             stream=stderr",
+            rec.id
+        ))),
+        Some(other) => Err(Error::Invalid(format!(
+            "stream must be \"output\" (both streams, the default) or \"stderr\", got {other:?}"
+        ))),
     }
 }

@@ -1,5 +1,5 @@
 //! `GET /v1/sandbox`: the agent and its sandbox (version, boot, resumed or not, env names,
-//! job counts by status).
+//! job counts by status, which limits it can enforce, its CPUs, memory, disk and load).
 
 use std::collections::BTreeMap;
 
@@ -29,5 +29,7 @@ pub fn get(app: &App, _: &Call<'_>) -> Reply {
         "envNames": app.env().names()?,
         "jobs": jobs,
         "isolation": crate::job::launch::isolation(&app.cfg)?,
+        "limits": crate::os::cgroup::capabilities(),
+        "resources": crate::os::resources::sandbox(app.store.root()),
     }))
 }

@@ -37,6 +37,9 @@ pub const START_FIELDS: &[&str] = &[
     "user",
     "interactive",
     "pty",
+    "limits",
+    "argv",
+    "separateStderr",
 ];
 const START: Shape = Shape {
     known: START_FIELDS,
@@ -72,15 +75,27 @@ pub struct StartBody {
 pub fn start_body(body: &[u8], idempotency_key: Option<&str>) -> Result<StartBody> {
     let map = object(body)?;
     let f = Fields::new(&map, &START)?;
-    let command = match f.get("command") {
-        None => {
+    let argv = argv(&f)?;
+    let command = match (f.get("command"), &argv) {
+        (None, None) => {
             return Err(Error::Invalid(
-                "command is missing: give the shell command to run".into(),
+                "command is missing: give the shell command to run (or argv, the program \
+                 and its arguments)"
+                    .into(),
             ));
         }
-        Some(Value::String(s)) => s.clone(),
-        Some(v) => return Err(wrong_type("command", "a string", v)),
+        (Some(_), Some(_)) => {
+            return Err(Error::Invalid(
+                "command and argv exclude each other: give the shell command, or the \
+                 program and its arguments"
+                    .into(),
+            ));
+        }
+        (None, Some(words)) => crate::model::resources::shell_quote(words),
+        (Some(Value::String(s)), None) => s.clone(),
+        (Some(v), None) => return Err(wrong_type("command", "a string", v)),
     };
+    let separate_stderr = f.boolean("separateStderr")?.unwrap_or(false);
     let req = StartRequest {
         command,
         cwd: f.string("cwd")?.map(str::to_string),
@@ -100,6 +115,12 @@ pub fn start_body(body: &[u8], idempotency_key: Option<&str>) -> Result<StartBod
             None => None,
         },
         session: None,
+        limits: match f.object("limits")? {
+            Some(m) => Some(limits(m)?),
+            None => None,
+        },
+        argv,
+        separate_stderr,
     };
     let secret_files = f
         .string_array("secretFiles")?
@@ -120,6 +141,56 @@ pub fn start_body(body: &[u8], idempotency_key: Option<&str>) -> Result<StartBod
         secret_files,
         wait,
     })
+}
+
+/// `argv`: a non-empty array of strings, none holding a NUL byte.
+fn argv(f: &Fields) -> Result<Option<Vec<String>>> {
+    if f.get("argv").is_none() {
+        return Ok(None);
+    }
+    let words = f.string_array("argv")?;
+    if words.is_empty() || words[0].is_empty() {
+        return Err(Error::Invalid(
+            "argv must start with the program to run, e.g. [\"ls\", \"-la\"]".into(),
+        ));
+    }
+    if let Some(i) = words.iter().position(|w| w.contains('\0')) {
+        return Err(Error::Invalid(format!("argv[{i}] holds a NUL byte")));
+    }
+    Ok(Some(words))
+}
+
+/// `limits`: `{"memoryBytes", "cpus", "pids"}`, each optional.
+pub fn limits(m: &Map<String, Value>) -> Result<crate::model::resources::Limits> {
+    const KNOWN: [&str; 3] = ["memoryBytes", "cpus", "pids"];
+    if let Some(k) = m.keys().find(|k| !KNOWN.contains(&k.as_str())) {
+        return Err(Error::Invalid(format!(
+            "unknown field `{k}` in limits: it takes memoryBytes, cpus and pids"
+        )));
+    }
+    let whole = |name: &str| -> Result<Option<u64>> {
+        match m.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Number(n)) => n.as_u64().map(Some).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "limits.{name} must be a whole number above 0, got {n}"
+                ))
+            }),
+            Some(v) => Err(wrong_type(&format!("limits.{name}"), "a number", v)),
+        }
+    };
+    let cpus = match m.get("cpus") {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) => n.as_f64(),
+        Some(v) => return Err(wrong_type("limits.cpus", "a number", v)),
+    };
+    let l = crate::model::resources::Limits {
+        memory_bytes: whole("memoryBytes")?,
+        cpus,
+        pids: whole("pids")?,
+    };
+    l.check()?;
+    Ok(l)
 }
 
 /// A terminal size, `{"cols", "rows"}`, each 1 to 1000; `what` names it in errors.

@@ -24,6 +24,7 @@ mod jobs;
 mod previews;
 mod range;
 mod sessions;
+mod signal;
 mod unknown;
 mod watches;
 pub use cursor::Place;
@@ -37,6 +38,7 @@ pub use jobs::{
 pub use previews::{MAX_PREVIEW_WAIT_SECONDS, PREVIEW_FIELDS, PreviewBody, preview_body};
 pub use range::{Wanted, byte_range};
 pub use sessions::{SESSION_FIELDS, session_body, session_job_body, session_job_fields};
+pub use signal::{SIGNAL_FIELDS, SignalBody, signal_body};
 use unknown::{FIELD, QUERY_PARAMETER, unknown_names};
 pub use watches::{WATCH_FIELDS, WatchBody, watch_body};
 
@@ -682,7 +684,7 @@ mod tests {
         }
     }
 
-    const START_LIST: &str = "the fields are command, cwd, env, stdin, encoding, secretEnv, secretFiles, timeoutSeconds, idleTimeoutSeconds, waitSeconds, background, user, interactive, pty";
+    const START_LIST: &str = "the fields are command, cwd, env, stdin, encoding, secretEnv, secretFiles, timeoutSeconds, idleTimeoutSeconds, waitSeconds, background, user, interactive, pty, limits, argv, separateStderr";
 
     #[test]
     fn unknown_body_fields_are_refused_naming_the_closest_known_one() {

@@ -44,7 +44,7 @@ pub fn session_job_fields() -> &'static [&'static str] {
         super::START_FIELDS
             .iter()
             .copied()
-            .filter(|f| !matches!(*f, "cwd" | "user"))
+            .filter(|f| !matches!(*f, "cwd" | "user" | "argv"))
             .collect()
     })
 }
@@ -59,6 +59,15 @@ pub fn session_job_body(body: &[u8], idempotency_key: Option<&str>) -> Result<St
                  as the session's user (cd in a command instead, or make another session)"
             )));
         }
+    }
+    // The session's state is restored and saved by the command's shell: a program run
+    // without one could carry nothing.
+    if map.contains_key("argv") {
+        return Err(Error::Invalid(
+            "argv is not taken by a session's command: its shell restores and saves the \
+             session's state; send the words as a command, or start a plain job with argv"
+                .into(),
+        ));
     }
     start_body(body, idempotency_key)
 }
@@ -78,5 +87,7 @@ mod tests {
         assert!(session_job_body(br#"{"command": "true", "cwd": "/"}"#, None).is_err());
         assert!(session_job_body(br#"{"command": "true", "user": "x"}"#, None).is_err());
         assert!(session_job_body(br#"{"command": "true"}"#, None).is_ok());
+        let e = session_job_body(br#"{"argv": ["true"]}"#, None).unwrap_err();
+        assert!(e.message().contains("argv is not taken"), "{}", e.message());
     }
 }

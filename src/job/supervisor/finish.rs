@@ -12,6 +12,36 @@ use super::sink::Sink;
 use super::{End, Supervisor};
 use crate::state::layout::FINAL_RECORD;
 
+/// The signals requests sent to the job, as `(SIGNAL, TARGET)` (see
+/// [`crate::state::layout::SIGNALS`]).
+fn read_signal_requests(dir: &std::path::Path) -> Vec<(String, String)> {
+    fs::read_to_string(dir.join(crate::state::layout::SIGNALS))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (s, t) = l.split_once(' ')?;
+            Some((s.to_string(), t.to_string()))
+        })
+        .collect()
+}
+
+/// What the kernel counted for every process of the job this supervisor reaped (it is
+/// their subreaper, so that is all of them): CPU time, the largest single process's
+/// peak resident memory (not the sum), and block I/O in 512-byte units.
+fn children_usage() -> crate::model::resources::Usage {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let Ok(r) = getrusage(UsageWho::RUSAGE_CHILDREN) else {
+        return Default::default();
+    };
+    let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+    crate::model::resources::Usage {
+        cpu_seconds: Some(secs(r.user_time()) + secs(r.system_time())),
+        memory_peak_bytes: Some(r.max_rss() as u64 * 1024),
+        io_read_bytes: Some(r.block_reads() as u64 * 512),
+        io_write_bytes: Some(r.block_writes() as u64 * 512),
+    }
+}
+
 impl Supervisor {
     pub(super) fn finish(&mut self, shell: Option<WaitStatus>, end: End) {
         let dir = self.store.job_dir(&self.id);
@@ -61,6 +91,38 @@ impl Supervisor {
             End::ShellExited => {}
         }
         reasons.extend(session_note);
+        // Who ended it: a signal a request sent (its kind and target are on record).
+        let requests = read_signal_requests(&dir);
+        if let (End::ShellExited, Some(sig)) = (end, rec.signal.as_deref())
+            && let Some(target) = requests
+                .iter()
+                .rev()
+                .find_map(|(s, t)| (s == sig).then_some(t))
+        {
+            reasons.push(format!(
+                "ended by {sig}, sent to {} by a signal request (POST /v1/jobs/{}/signal)",
+                match target.as_str() {
+                    "all" => "every process of the job",
+                    _ => "the job's process group",
+                },
+                self.id
+            ));
+        }
+        let requested_kill = requests.iter().any(|(s, _)| s == "SIGKILL");
+        if let Some(v) = self.oom.verdict(
+            self.cgroup.as_ref(),
+            self.spec.limits.as_ref(),
+            requested_kill,
+        ) {
+            rec.oom_killed = true;
+            reasons.insert(0, v.reason);
+        }
+        rec.usage = self
+            .cgroup
+            .as_ref()
+            .map(|c| c.usage())
+            .unwrap_or_default()
+            .or(children_usage());
         if dropped > 0 {
             rec.output_truncated = true;
             rec.output_dropped_bytes = dropped;

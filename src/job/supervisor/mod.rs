@@ -25,11 +25,13 @@ use crate::text::pipeline::Pipeline;
 
 mod control;
 mod finish;
+mod oom;
 mod pending;
 mod run;
 mod session;
 mod sink;
 mod start;
+mod stderr;
 
 use sink::Sink;
 
@@ -176,4 +178,8 @@ struct Supervisor {
     reserved: Option<crate::state::fsutil::Reserved>,
     /// A session's command: what its end saves.
     session: Option<session::SessionIo>,
+    /// What tells of OOM kills (see `oom`).
+    oom: oom::Watch,
+    /// The job's stderr apart, for a job started with `separateStderr`.
+    stderr: Option<stderr::Stderr>,
 }

@@ -80,11 +80,15 @@ impl Supervisor {
             );
 
             let slept_from = Instant::now();
-            let (pipe_ready, sig_ready, others_ready, control_events) = {
+            let (pipe_ready, sig_ready, others_ready, control_events, err_ready) = {
                 let mut fds = vec![PollFd::new(self.sigfd.as_fd(), PollFlags::POLLIN)];
                 if let Some(p) = &self.pipe {
                     fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
                 }
+                let err = self.stderr.as_ref().and_then(|e| e.pipe.as_ref()).map(|p| {
+                    fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
+                    fds.len() - 1
+                });
                 let others = self.others.fd().map(|fd| {
                     fds.push(PollFd::new(fd, PollFlags::POLLIN));
                     fds.len() - 1
@@ -105,9 +109,10 @@ impl Supervisor {
                             r(&fds[0]),
                             others.is_some_and(|i| r(&fds[i])),
                             control,
+                            err.is_some_and(|i| r(&fds[i])),
                         )
                     }
-                    Err(_) => (false, false, false, Vec::new()),
+                    Err(_) => (false, false, false, Vec::new(), false),
                 }
             };
             // Another job published its secrets: learn them now, while it runs, whether or
@@ -134,6 +139,17 @@ impl Supervisor {
             if pipe_ready {
                 match self.read_pipe(&mut buf) {
                     Some(0) => self.pipe = None,
+                    Some(_) => last_output = Instant::now(),
+                    None => {}
+                }
+            }
+            if err_ready {
+                match self.read_err_pipe() {
+                    Some(0) => {
+                        if let Some(e) = &mut self.stderr {
+                            e.pipe = None;
+                        }
+                    }
                     Some(_) => last_output = Instant::now(),
                     None => {}
                 }
@@ -173,6 +189,14 @@ impl Supervisor {
             if !matches!(self.read_pipe(&mut buf), Some(n) if n > 0) {
                 break;
             }
+        }
+        while self.stderr.as_ref().is_some_and(|e| e.pipe.is_some()) {
+            if !matches!(self.read_err_pipe(), Some(n) if n > 0) {
+                break;
+            }
+        }
+        if let Some(e) = &mut self.stderr {
+            self.rec.stderr_bytes = Some(e.finish());
         }
         if let Some(c) = &mut self.control
             && c.tty
@@ -232,6 +256,29 @@ impl Supervisor {
         Some(n)
     }
 
+    /// Reads once from the stderr pipe (a job with `separateStderr`): the bytes go to
+    /// output.log as any output does, and to stderr.log through their own pipeline.
+    fn read_err_pipe(&mut self) -> Option<usize> {
+        let mut buf = [0u8; 64 * 1024];
+        let pipe = self.stderr.as_ref()?.pipe.as_ref()?;
+        let n = match nix::unistd::read(pipe, &mut buf) {
+            Ok(n) => n,
+            Err(nix::errno::Errno::EINTR | nix::errno::Errno::EAGAIN) => return None,
+            Err(_) => return Some(0),
+        };
+        if n > 0 {
+            self.learn_others(false);
+            let mut chunk = self.sink.buffer();
+            self.pipeline.feed(&buf[..n], &mut chunk);
+            self.sink.store(chunk);
+            self.pending.touched();
+            if let Some(e) = &mut self.stderr {
+                e.feed(&buf[..n]);
+            }
+        }
+        Some(n)
+    }
+
     /// Learns the secrets of jobs that started since the last look (one `stat` when none
     /// did; `woken`: the folder's watch fired). Before output (`woken` false) it adds all
     /// it learnt to the masking, stored and on the terminal wire; on a wake it only reads
@@ -254,11 +301,28 @@ impl Supervisor {
         if let Some(c) = &mut self.control {
             c.add_secrets(&values);
         }
+        if let Some(e) = &mut self.stderr {
+            e.add_secrets(&values);
+        }
     }
 
     fn reap(&mut self, shell_status: &mut Option<WaitStatus>) {
         loop {
-            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            // A look before the reap: a process killed by SIGKILL is named (its comm is
+            // readable until it is reaped), in case the kernel's OOM killer sent it.
+            let peek = nix::sys::wait::waitid(
+                nix::sys::wait::Id::All,
+                WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT,
+            );
+            let pid = match peek {
+                Ok(WaitStatus::Signaled(pid, Signal::SIGKILL, _)) => {
+                    self.oom.killed(pid.as_raw(), proc::comm(pid.as_raw()));
+                    pid
+                }
+                Ok(WaitStatus::StillAlive) | Err(_) => break,
+                Ok(st) => st.pid().unwrap_or(Pid::from_raw(-1)),
+            };
+            match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::StillAlive) | Err(_) => break,
                 Ok(st) => {
                     if st.pid() == Some(Pid::from_raw(self.shell))
@@ -284,7 +348,10 @@ impl Supervisor {
 
     /// Signals every process of the job: our descendants (we are their subreaper, so this
     /// includes setsid and double-fork escapees) and whatever sits in the job's cgroup.
-    fn signal_all(&self, sig: Signal) {
+    fn signal_all(&mut self, sig: Signal) {
+        if sig == Signal::SIGKILL {
+            self.oom.killing = true;
+        }
         for round in 0..3 {
             let procs: Vec<proc::Stat> = proc::descendants(self.me)
                 .into_iter()

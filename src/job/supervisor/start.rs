@@ -56,6 +56,8 @@ struct JobIo {
     /// The job's input, for its control socket: the master or the stdin pipe's writing
     /// end (none for a job that takes no input while it runs).
     input: Option<OwnedFd>,
+    /// Where the job's stderr is read when it is kept apart.
+    err_output: Option<OwnedFd>,
 }
 
 impl Stdio {
@@ -77,8 +79,9 @@ impl Stdio {
         }
     }
 
-    /// Makes the descriptors, in the order the start always made them.
-    fn open(self) -> Result<JobIo, String> {
+    /// Makes the descriptors, in the order the start always made them; `separate`: stderr
+    /// gets a pipe of its own.
+    fn open(self, separate: bool) -> Result<JobIo, String> {
         let (stdin, input): (OwnedFd, Option<OwnedFd>) = match self {
             Stdio::Terminal(size) => return open_terminal(size),
             Stdio::Pipe => {
@@ -103,12 +106,21 @@ impl Stdio {
         // Non-blocking, so the last drain cannot hang on a writer outside the job's tree.
         crate::os::spawn::tune_pipe_reader(&reader).map_err(|e| format!("pipe: {e}"))?;
         let stdout: OwnedFd = writer.try_clone().map_err(|e| format!("pipe: {e}"))?.into();
+        let (stderr, err_output): (OwnedFd, Option<OwnedFd>) = if separate {
+            let (r, w) = io::pipe().map_err(|e| format!("stderr pipe: {e}"))?;
+            crate::os::spawn::tune_pipe_reader(&r).map_err(|e| format!("stderr pipe: {e}"))?;
+            drop(writer);
+            (w.into(), Some(r.into()))
+        } else {
+            (writer.into(), None)
+        };
         Ok(JobIo {
             stdin,
             stdout,
-            stderr: writer.into(),
+            stderr,
             output: reader.into(),
             input,
+            err_output,
         })
     }
 }
@@ -129,6 +141,7 @@ fn open_terminal(size: PtySize) -> Result<JobIo, String> {
         stderr: pair.slave,
         output: pair.master,
         input: Some(input),
+        err_output: None,
     })
 }
 
@@ -165,7 +178,16 @@ impl Supervisor {
         let sigfd = block_signals()?;
         let out = open_output(&dir)?;
         let stdio = Stdio::of(&spec);
-        let io = stdio.open()?;
+        let mut io = stdio.open(spec.separate_stderr)?;
+        let stderr = match io.err_output.take() {
+            Some(pipe) => Some(super::stderr::Stderr::open(
+                &dir,
+                pipe,
+                &values,
+                spec.max_output_bytes,
+            )?),
+            None => None,
+        };
         let control = match io.input {
             Some(input) => Some(
                 control::Control::bind(
@@ -178,7 +200,23 @@ impl Supervisor {
             ),
             None => None,
         };
-        let cgroup = JobCgroup::create(id.as_str());
+        let cgroup = JobCgroup::create_limited(id.as_str(), &spec.limits.unwrap_or_default())
+            .map_err(|e| format!("limits: {e}"))?;
+        let v1_procs = match &cgroup {
+            Some(cg) => cg
+                .v1_procs_files()
+                .iter()
+                .map(|p| {
+                    OpenOptions::new()
+                        .write(true)
+                        .custom_flags(libc::O_CLOEXEC)
+                        .open(p)
+                        .map(OwnedFd::from)
+                        .map_err(|e| format!("limits: {}: {e}", p.display()))
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            None => Vec::new(),
+        };
         let cg_dir = cgroup.as_ref().and_then(|c| {
             OpenOptions::new()
                 .read(true)
@@ -201,12 +239,11 @@ impl Supervisor {
         let envp = environment(&spec, id, &secrets, stdio)?;
         // A session's command: its shell's descriptors live only until it is started.
         let (session, session_fds) = super::session::prepare(&mut spec, &envp, &secrets)?.unzip();
-        let started = spawn(&spec, envp, io.stdin, io.stdout, io.stderr, cg_dir, stdio)?;
+        let started = spawn(
+            &spec, envp, io.stdin, io.stdout, io.stderr, cg_dir, v1_procs, stdio,
+        )?;
         drop(session_fds);
-        let mut session = session;
-        if let Some(s) = &mut session {
-            s.reserve(store.root(), id);
-        }
+
         let shell = started.pid;
         // Room for the final record: the first one's size (a long command makes it long)
         // and what the end adds. Without room it may still land: go on. Made while the
@@ -256,6 +293,8 @@ impl Supervisor {
             others_pending,
             reserved,
             session,
+            oom: super::oom::Watch::new(),
+            stderr,
         })
     }
 }
@@ -347,9 +386,10 @@ fn c_string(b: Vec<u8>, what: &str) -> Result<CString, String> {
     CString::new(b).map_err(|_| format!("{what} holds a NUL byte"))
 }
 
-/// Starts `/bin/sh -c COMMAND` in a new session, in the job's cgroup, as its user, on its
-/// stdio. Returns as soon as the shell exists; its exec is checked later
-/// ([`Started::exec_done`]), so the first record is written meanwhile.
+/// Starts `/bin/sh -c COMMAND` (or the spec's argv) in a new session, in the job's
+/// cgroup, as its user, on its stdio. Returns as soon as the shell exists; its exec is
+/// checked later ([`Started::exec_done`]), so the first record is written meanwhile.
+#[allow(clippy::too_many_arguments)]
 fn spawn(
     spec: &Spec,
     envp: Vec<CString>,
@@ -357,20 +397,26 @@ fn spawn(
     stdout: OwnedFd,
     stderr: OwnedFd,
     cgroup: Option<File>,
+    v1_procs: Vec<OwnedFd>,
     stdio: Stdio,
 ) -> Result<Started, String> {
-    crate::os::spawn::start_job(crate::os::spawn::JobStart {
-        argv: vec![
+    let argv = match &spec.argv {
+        Some(words) => program_argv(words, &envp)?,
+        None => vec![
             c_string(super::session::program(spec).into(), "the shell")?,
             c_string(b"-c".to_vec(), "the shell")?,
             c_string(spec.command.clone().into_bytes(), "the command")?,
         ],
+    };
+    crate::os::spawn::start_job(crate::os::spawn::JobStart {
+        argv,
         envp,
         cwd: c_string(spec.cwd.clone().into_bytes(), "cwd")?,
         stdin,
         stdout,
         stderr,
         cgroup: cgroup.map(OwnedFd::from),
+        v1_procs,
         creds: spec.user.as_ref().map(|u| crate::os::spawn::Credentials {
             uid: u.uid,
             gid: u.gid,
@@ -379,6 +425,25 @@ fn spawn(
         controlling_tty: matches!(stdio, Stdio::Terminal(_)),
     })
     .map_err(|e| e.to_string())
+}
+
+/// An argv job's words, the program found as `execvp` finds it: a name with a `/` as it
+/// is, else the first executable file of that name on the job's `PATH` (the default path
+/// when it has none). Looked up before the fork: the child may make no allocation.
+fn program_argv(words: &[String], envp: &[CString]) -> Result<Vec<CString>, String> {
+    let prog = words.first().ok_or("argv is empty")?;
+    let path = envp
+        .iter()
+        .find_map(|kv| kv.to_bytes().strip_prefix(b"PATH="))
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".to_string());
+    let found = crate::os::proc::find_program(prog, &path)
+        .ok_or_else(|| format!("could not run {prog}: not found on PATH ({path})"))?;
+    let mut argv = vec![c_string(found.into_bytes(), "argv")?];
+    for w in &words[1..] {
+        argv.push(c_string(w.clone().into_bytes(), "argv")?);
+    }
+    Ok(argv)
 }
 
 /// Writes the record naming the shell and its supervisor, and puts the staging folder in
@@ -401,6 +466,7 @@ fn publish_first_record(
     rec.supervisor_pid = Some(me);
     rec.supervisor_start = proc::stat(me).map(|s| s.start);
     rec.cgroup = cgroup.map(|c| c.path().to_string_lossy().into_owned());
+    rec.cgroups_v1 = cgroup.map(JobCgroup::v1_paths).unwrap_or_default();
     // Neither the record nor the folder's rename is fsynced: a crash of any process
     // loses nothing, and a start is not worth a disk flush on the caller's path. After
     // a kernel crash or power loss a job started in the last seconds may be missing,

@@ -329,15 +329,19 @@ impl Grants {
     }
 
     /// A read-modify-write of the file under its lock: `f` changes the doc as read now.
+    /// The doc in memory is not held meanwhile (the flock orders writers, in this process
+    /// and others), so the gate's checks never wait for the write and its fsync.
     fn change<T>(&self, f: impl FnOnce(&mut Doc, u64) -> Result<T>) -> Result<T> {
         let _lock = self.lock()?;
-        let mut h = self.held();
-        self.reload(&mut h)?;
-        let now = unix_now();
-        let mut doc = Doc {
-            format_version: FORMAT_VERSION,
-            grants: h.doc.grants.clone(),
+        let mut doc = {
+            let mut h = self.held();
+            self.reload(&mut h)?;
+            Doc {
+                format_version: FORMAT_VERSION,
+                grants: h.doc.grants.clone(),
+            }
         };
+        let now = unix_now();
         let out = f(&mut doc, now)?;
         doc.grants.retain(|g| !ended_long_ago(g, now));
         for g in &mut doc.grants {
@@ -348,6 +352,7 @@ impl Grants {
         let path = self.file();
         super::fsutil::write_atomic(&path, &data, 0o600)
             .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
+        let mut h = self.held();
         h.doc = doc;
         h.stamp = stamp(&path);
         Ok(out)
@@ -579,13 +584,26 @@ impl Grants {
             "Unauthorized: this preview link was used already, has expired or is not valid here. Ask for a new link.\n",
         );
         let hash = preview::token_hash(token);
+        let known = |g: &Stored, now: u64| {
+            g.gate_port == gate_port
+                && g.tokens.iter().any(|t| {
+                    preview::ct_eq(t.hash.as_bytes(), hash.as_bytes()) && t.expires_at > now
+                })
+        };
+        // A guess is refused from memory: only a live token costs a write.
+        {
+            let mut h = self.held();
+            let _ = self.reload(&mut h);
+            let now = unix_now();
+            match h.doc.grants.iter().find(|g| known(g, now)) {
+                None => return Err(NO),
+                // Not used up: the link works once the grant is re-opened by a mint.
+                Some(g) if self.suspended(g) => return Err(Denied::Suspended { port: g.port }),
+                Some(_) => {}
+            }
+        }
         let found = self.change(|doc, now| {
-            let g = doc.grants.iter_mut().find(|g| {
-                g.gate_port == gate_port
-                    && g.tokens.iter().any(|t| {
-                        preview::ct_eq(t.hash.as_bytes(), hash.as_bytes()) && t.expires_at > now
-                    })
-            });
+            let g = doc.grants.iter_mut().find(|g| known(g, now));
             let Some(g) = g else { return Ok(None) };
             g.tokens
                 .retain(|t| !preview::ct_eq(t.hash.as_bytes(), hash.as_bytes()));
@@ -834,6 +852,15 @@ mod tests {
         assert_eq!(again.id, id);
         assert!(!again.suspended);
         assert!(g.admit(8080, &[&cookie]).is_ok());
+        // A token tried while its grant is suspended is not used up by the 503.
+        let (_, spare) = g.mint(mint(5173, 8080, None)).unwrap();
+        let g = Grants::open_with(d.path(), "boot-c").unwrap();
+        assert_eq!(
+            g.exchange(8080, &spare.token).err(),
+            Some(Denied::Suspended { port: 5173 })
+        );
+        g.mint(mint(5173, 8080, None)).unwrap();
+        assert!(g.exchange(8080, &spare.token).is_ok());
     }
 
     #[test]
