@@ -216,6 +216,12 @@ pub fn start_job(job: JobStart) -> io::Result<Started> {
         None => None,
     };
     let raw = |f: &OwnedFd| f.as_raw_fd();
+    if job.v1_procs.len() > MAX_V1 {
+        return Err(io::Error::other(format!(
+            "a job joins at most {MAX_V1} cgroup v1 groups, not {}",
+            job.v1_procs.len()
+        )));
+    }
     let mut v1 = [-1; MAX_V1];
     for (slot, f) in v1.iter_mut().zip(&job.v1_procs) {
         *slot = f.as_raw_fd();
