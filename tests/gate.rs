@@ -179,6 +179,11 @@ impl Dev {
                     }
                     return;
                 }
+                "/both" => {
+                    // An answer framed two ways, as a response-smuggling server would send.
+                    let _ = w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nforged");
+                    return;
+                }
                 "/204" => w.write_all(b"HTTP/1.1 204 No Content\r\n\r\n"),
                 "/304" => w.write_all(b"HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\n\r\n"),
                 "/103" => w.write_all(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"),
@@ -663,7 +668,7 @@ fn a_page_of_another_origin_cannot_drive_the_preview() {
 }
 
 #[test]
-fn smuggling_and_oversized_heads_are_refused() {
+fn smuggling_both_ways_and_oversized_heads_are_refused() {
     let dev = Dev::start();
     let s = serve();
     let gate = free_port();
@@ -690,6 +695,11 @@ fn smuggling_and_oversized_heads_are_refused() {
         &[&cookie, &format!("X-Big: {}", "a".repeat(20 << 10))],
     );
     assert_eq!(c.response().status, 431);
+    // A dev server's answer framed two ways is not relayed: 502, and the connection closes.
+    let mut c = Raw::open(gate);
+    let got = c.get("/both", &[&cookie]);
+    assert_eq!(got.status, 502, "{}", got.text());
+    assert!(c.closed_within(PROMPT));
     // Two Host headers: which one is it for?
     let mut c = Raw::open(gate);
     c.request("GET", "/", &[&cookie, "Host: other"]);

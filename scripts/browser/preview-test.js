@@ -11,6 +11,8 @@
 // - a cookie of another gate port (set there under that port's name) is 401, and so is
 //   one for another grant's port;
 // - editing a module updates the page by HMR (no reload) over the gate's WebSocket;
+// - a page of another origin (evil.localhost) that drives the preview with the person's
+//   cookie (a credentialed POST) never reaches the dev server: the gate refuses it;
 // - a revoke closes the HMR socket within 1 s, and the page then gets 401.
 // Needs playwright-core on NODE_PATH and Vite at $VITE (run.sh installs both), Chromium at
 // $CHROMIUM or /usr/bin/chromium. Every failure exits non-zero; every exit stops the
@@ -297,7 +299,31 @@ async function main() {
   fs.mkdirSync(artifacts, { recursive: true });
   await page.screenshot({ path: path.join(artifacts, 'preview.png') });
 
-  // 6. Revoke: the HMR socket closes within 1 s; the page then gets 401.
+  // 6. A page of another origin drives the preview with the person's cookie: a POST with
+  //    credentials. SameSite=Lax may keep the cookie back (then 401); if it is sent, the
+  //    gate's origin check refuses it (403). Either way the gate's log says it was not
+  //    forwarded.
+  const evil = http.createServer((req, res) => {
+    res.writeHead(200, { 'content-type': 'text/html' });
+    res.end(`<!doctype html><script>
+      window.done = fetch('${base}/drive', { method: 'POST', credentials: 'include', mode: 'no-cors', body: 'x' })
+        .then(() => 'sent', (e) => String(e));
+    </script>`);
+  });
+  await new Promise((r) => evil.listen(0, '127.0.0.1', r));
+  const attacker = await state.context.newPage();
+  await attacker.goto(`http://evil.localhost:${evil.address().port}/`);
+  await attacker.evaluate(() => window.done);
+  const refused = await waitFor('the gate to log the foreign POST', () => {
+    const lines = fs.readFileSync(serveLog, 'utf8').split('\n').filter((l) => l.includes('"path":"/drive"'));
+    return lines.length && lines.map((l) => JSON.parse(l));
+  }, 10000);
+  if (refused.some((l) => l.outcome === 'forwarded')) throw new Error(`a foreign page's POST was forwarded: ${JSON.stringify(refused)}`);
+  await attacker.close();
+  evil.close();
+  log(`a page of another origin POSTing with the cookie: ${refused.map((l) => `${l.status} ${l.outcome}`).join(', ')}`);
+
+  // 7. Revoke: the HMR socket closes within 1 s; the page then gets 401.
   const before = Date.now();
   const r = await api('POST', `/v1/previews/grants/${grant.id}/revoke`, {});
   if (r.status !== 200 || !r.json.revoked) throw new Error(`revoke: HTTP ${r.status} ${r.text}`);
