@@ -10,7 +10,11 @@
    a server whose jobs have cgroups (usage read live from them on every answer) and from
    one whose jobs have none (nothing to read): the difference is the usage.
 
-Usage: scripts/bench-limits.py [--n N] BINARY     (never run by cargo test)
+3. With `--baseline OTHER` (a build without job resources, e.g. of the commit before):
+   plain starts on OTHER's server too, interleaved with this one's, for what the job's
+   resource groups cost every start.
+
+Usage: scripts/bench-limits.py [--n N] [--baseline OTHER] BINARY   (never run by cargo test)
 """
 import argparse
 import http.client
@@ -75,6 +79,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("binary")
     ap.add_argument("--n", type=int, default=200)
+    ap.add_argument("--baseline", help="a binary without job resources, to compare starts with")
     a = ap.parse_args()
     exe = os.path.abspath(a.binary)
     limits = {"memoryBytes": 256 << 20, "cpus": 1.5, "pids": 200}
@@ -113,7 +118,31 @@ def main():
         finally:
             os.environ.clear()
             os.environ.update(old)
+    if a.baseline:
+        base = os.path.abspath(a.baseline)
+        with tempfile.TemporaryDirectory(prefix="bench-limits-") as t1, \
+                tempfile.TemporaryDirectory(prefix="bench-limits-") as t2:
+            p1, addr1, tok1 = serve(exe, t1)
+            p2, addr2, tok2 = serve(base, t2)
+            try:
+                c1, h1 = client(addr1, tok1)
+                c2, h2 = client(addr2, tok2)
+                starts(c1, h1, 10, None)
+                starts(c2, h2, 10, None)
+                mine, theirs = [], []
+                for _ in range(max(1, a.n // 20)):
+                    mine += starts(c1, h1, 10, None)
+                    theirs += starts(c2, h2, 10, None)
+                print("this binary against the baseline, plain starts interleaved:")
+                results["mine"] = summary("start, this binary", mine)
+                results["base"] = summary("start, baseline", theirs)
+            finally:
+                for p in (p1, p2):
+                    p.terminate()
+                    p.wait()
     print()
+    if "base" in results:
+        print(f"plain start, this binary / baseline: {results['mine'] / results['base']:.2f}x")
     if ("cgroups", "limited") in results:
         r = results[("cgroups", "limited")] / results[("cgroups", "plain")]
         print(f"start with limits / without: {r:.2f}x (goal <= 1.1x)")

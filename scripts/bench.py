@@ -13,14 +13,21 @@ sandbox agents installed into a temporary folder for the run:
 - capture to a file through `exec` (16 secrets): 200 MB of plain text and 200 MB of
   colour-heavy text, against `CMD > file` and `CMD | cat > file`;
 - idle `serve` memory, supervisor memory per running job (1,000 `sleep 30` jobs), and
-  how late TERM lands after a 2 s timeout with 1,000 jobs started at once.
+  how late TERM lands after a 2 s timeout with 1,000 jobs started at once;
+- starts beside sandbox-agent, interleaved round by round in one run (with --peers, or
+  alone with --starts): `true` waited by one caller on a quiet machine, jobs/s of 8
+  callers at once (every job of ours then checked recorded and succeeded, nothing left
+  running), one caller while every core runs `yes > /dev/null`, and CPU per job of each
+  server's own processes, not the shells' (ours: the cpu.stat of a cgroup of serve's own,
+  less its jobs' cgroups; sandbox-agent's: utime+stime in /proc/PID/stat).
 
-Usage: scripts/bench.py [--quick] [--peers] [--json FILE] [BINARY]
+Usage: scripts/bench.py [--quick] [--peers | --starts [--rounds N]] [--json FILE] [BINARY]
 (BINARY: default the static build from scripts/build-static.sh.) --quick runs fewer
 iterations and smaller captures (well under a minute without peers). Figures depend on
 the machine and its load (and, on ext4 without a journal, on the state folder's block
 group: the run prints what a new file there costs): run it twice before believing a
-ratio."""
+ratio. SANDBOX_AGENT_BIN=PATH uses an installed sandbox-agent binary instead of
+installing it with npm."""
 import argparse
 import concurrent.futures
 import glob
@@ -463,13 +470,13 @@ def run_timed(argv, env=None, n=1, stdout=subprocess.DEVNULL):
 
 
 class Ours:
-    def __init__(self, exe, top, max_running):
+    def __init__(self, exe, top, max_running, preexec=None):
         self.home = os.path.join(top, "serve-home")
         self.errlog = os.path.join(top, "serve.log")
         env = dict(os.environ, GITTERM_HOME=self.home)
         self.proc = subprocess.Popen([exe, "serve", "--listen", "127.0.0.1:0", "--max-running", str(max_running)],
                                      env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=open(self.errlog, "wb"), cwd=top)
+                                     stderr=open(self.errlog, "wb"), cwd=top, preexec_fn=preexec)
         end = time.time() + 20
         first = b""
         while time.time() < end and not first.endswith(b"\n"):
@@ -531,6 +538,7 @@ class Peer:
         self.port = None
         self.proc = None
         self.command = None  # how it was started, for the notes
+        self.preexec = None  # run in the server's process before its exec (its cgroup)
 
     def install(self):
         raise NotImplementedError
@@ -622,6 +630,9 @@ class SandboxAgent(Peer):
     cap = 256 << 20
 
     def install(self):
+        if os.environ.get("SANDBOX_AGENT_BIN"):  # an installed binary, for repeated runs
+            self.bin = os.environ["SANDBOX_AGENT_BIN"]
+            return
         npm = os.path.join(self.root, "npm")
         os.makedirs(npm, exist_ok=True)
         r = subprocess.run(["npm", "install", "--prefix", npm, "--no-audit", "--no-fund", "--loglevel=error",
@@ -645,7 +656,8 @@ class SandboxAgent(Peer):
         argv = [self.bin, "server", "-H", "127.0.0.1", "-p", str(self.port), "-t", self.token, "--no-telemetry"]
         self.command = f"HOME={home} " + shlex.join(argv).replace(self.token, "$TOKEN")
         self.proc = subprocess.Popen(argv, env=dict(os.environ, HOME=home), stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.root)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=self.root,
+                                     preexec_fn=self.preexec)
         wait_http("127.0.0.1", self.port, "/v1/health", self.headers(), self.proc)
 
     def setup(self, conn):
@@ -1016,6 +1028,277 @@ def bench_scale(cfg, ours, res):
 # the table
 
 
+# ---------------------------------------------------------------------------------------
+# starts: one caller, many callers at once, every core busy; CPU per job (--starts)
+
+
+class CpuGroup:
+    """A cgroup v2 folder of its own for one server: its cpu.stat counts the CPU of every
+    process in it and below (exited ones included), to the microsecond."""
+
+    def __init__(self, name):
+        base = cgroup_probe_dir()
+        if base is None:
+            raise RuntimeError("cgroup v2 is not writable here: CPU per job cannot be measured")
+        os.rmdir(base)
+        self.path = base + f"-{name}"
+        os.mkdir(self.path)
+
+    def preexec(self):
+        path = os.path.join(self.path, "cgroup.procs")
+        return lambda: open(path, "w").write("0")
+
+    def usage_us(self, sub=""):
+        try:
+            with open(os.path.join(self.path, sub, "cpu.stat")) as f:
+                for line in f:
+                    if line.startswith("usage_usec "):
+                        return int(line.split()[1])
+        except OSError:
+            pass
+        return 0
+
+    def remove(self):
+        for d in sorted(glob.glob(os.path.join(self.path, "**", ""), recursive=True), key=len, reverse=True):
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+
+
+def stat_cpu_us(pid):
+    """utime+stime of process pid (every thread it ever had) and cutime+cstime (its waited
+    children), from /proc/pid/stat, in microseconds."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0, 0
+    tick = 1e6 / os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) * tick, (int(fields[13]) + int(fields[14])) * tick
+
+
+class StartTarget:
+    """One server under test, with how to call `true` on it, how to tell that the answer
+    says the job succeeded, and how to read the CPU it spent on its own (not the shells)."""
+
+    def __init__(self, label, conn_fn, call, ok, cpu_fn):
+        self.label, self.conn_fn, self.call, self.ok, self.cpu_fn = label, conn_fn, call, ok, cpu_fn
+        self.conn = conn_fn()
+        self.answered = 0
+
+    def sequential(self, n):
+        method, path, body = self.call
+        ts, _ = time_calls(self.conn, method, path, body, n, warm=3, check=self.ok)
+        self.answered += n + 3
+        return ts
+
+    def concurrent(self, callers, seconds):
+        """`callers` threads, each on its own kept-alive connection, calling back to back for
+        `seconds`: (jobs/s, latencies, errors, CPU of ours per job in us)."""
+        method, path, body = self.call
+        conns = [self.conn_fn() for _ in range(callers)]
+        for c in conns:
+            c.request(method, path, body)
+        self.answered += callers
+        lat, errors = [[] for _ in range(callers)], [0] * callers
+        cpu0 = self.cpu_fn()
+        t0 = time.perf_counter()
+        end = t0 + seconds
+
+        def worker(k):
+            c = conns[k]
+            while time.perf_counter() < end:
+                t = time.perf_counter_ns()
+                try:
+                    status, _, payload = c.request(method, path, body)
+                    good = status == 200 and self.ok(payload)
+                except (OSError, ValueError, ConnectionError):
+                    good = False
+                    c.close()
+                lat[k].append((time.perf_counter_ns() - t) / 1e6)
+                if not good:
+                    errors[k] += 1
+
+        with concurrent.futures.ThreadPoolExecutor(callers) as pool:
+            list(pool.map(worker, range(callers)))
+        wall = time.perf_counter() - t0
+        cpu1 = self.cpu_fn()
+        for c in conns:
+            c.close()
+        n = sum(len(x) for x in lat)
+        self.answered += n
+        cpu = {k: (cpu1[k] - cpu0[k]) / max(1, n) for k in cpu1}
+        return n / wall, [x for xs in lat for x in xs], sum(errors), cpu
+
+
+def busy_cores():
+    """One `yes > /dev/null` per core."""
+    return [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(os.cpu_count() or 1)]
+
+
+def bench_starts(cfg, exe, res):
+    """Ours and sandbox-agent side by side, interleaved round by round (the order swapped
+    each round): `true` waited by one caller on a quiet machine, by `cfg.callers` callers
+    at once, and by one caller while every core runs `yes`; CPU per job of each server's
+    own processes (not the shells). Then checks that every job of ours is recorded as
+    succeeded and that nothing of either is left running."""
+    r = res.setdefault("starts", {"rounds": []})
+    ours_cg = CpuGroup("ours")
+    peer = SandboxAgent(os.path.join(cfg.top, "peers"))
+    peer_cg = CpuGroup("peer")
+    ours = None
+    try:
+        peer.install()
+        peer.preexec = peer_cg.preexec()
+        peer.start()
+        r["peerCommand"] = peer.command.replace(cfg.top, "$TMP")
+        pconn = peer.conn()
+        peer.setup(pconn)
+        pconn.close()
+        ours = Ours(exe, cfg.top, 1000, preexec=ours_cg.preexec())
+        serve_pid = ours.proc.pid
+        time.sleep(0.3)
+        forks = [p for p in descendants(serve_pid) if p != serve_pid and proc_name(p) == "gitterm-forks"]
+
+        def ours_cpu():
+            # The jobs' cgroups are made below serve's own (gitterm/<id>): their sum is the
+            # shells', which is not ours.
+            total, shells = ours_cg.usage_us(), ours_cg.usage_us("gitterm")
+            own = {"ours": total - shells, "shell": shells, "serve": stat_cpu_us(serve_pid)[0]}
+            own["forkServer"] = sum(stat_cpu_us(p)[0] for p in forks)
+            return own
+
+        def peer_cpu():
+            own, kids = stat_cpu_us(peer.proc.pid)
+            return {"ours": own, "shell": kids, "cgroupTotal": peer_cg.usage_us()}
+
+        body = {"command": "true", "waitSeconds": 30}
+        t_ours = StartTarget("ours", ours.conn, ("POST", "/v1/jobs", body),
+                             lambda p: json.loads(p)["status"] == "succeeded", ours_cpu)
+        method, path, pbody = peer.true_call()
+        t_peer = StartTarget(peer.label, peer.conn, (method, path, pbody),
+                             lambda p: json.loads(p).get("exitCode") == 0, peer_cpu)
+        for i in range(cfg.start_rounds):
+            order = [t_ours, t_peer] if i % 2 == 0 else [t_peer, t_ours]
+            rnd = {"loadAverage": os.getloadavg()[0]}
+            log(f"  round {i + 1}/{cfg.start_rounds}: one caller, {cfg.callers} callers, busy cores "
+                f"(load {rnd['loadAverage']:.2f})")
+            for t in order:
+                c0 = t.cpu_fn()
+                ts = t.sequential(cfg.start_calls)
+                c1 = t.cpu_fn()
+                rnd.setdefault(t.label, {})["quietMs"] = ts
+                rnd[t.label]["quietCpuUs"] = (c1["ours"] - c0["ours"]) / (cfg.start_calls + 3)
+            for t in order:
+                rate, lat, errs, cpu = t.concurrent(cfg.callers, cfg.start_seconds)
+                rnd[t.label].update(jobsPerSecond=rate, concurrentMs=lat, errors=errs, cpuUs=cpu)
+            hogs = busy_cores()
+            try:
+                time.sleep(0.2)
+                for t in order:
+                    rnd[t.label]["busyMs"] = t.sequential(cfg.start_calls)
+            finally:
+                for h in hogs:
+                    h.kill()
+                    h.wait()
+            rnd["createUs"] = med(create_probe(ours.home, 20, 20 * i)) * 1e3
+            r["rounds"].append(rnd)
+        # Every job of ours is on disk, ended, succeeded; nothing of either is left running.
+        time.sleep(0.5)
+        jobs_dir = os.path.join(ours.home, "jobs")
+        recorded, bad = 0, []
+        for name in os.listdir(jobs_dir):
+            if not name.startswith("job_"):
+                continue
+            try:
+                with open(os.path.join(jobs_dir, name, "job.json")) as f:
+                    st = json.load(f)["status"]
+            except (OSError, ValueError, KeyError) as e:
+                st = f"unreadable ({e})"
+            recorded += 1
+            if st != "succeeded":
+                bad.append(f"{name}: {st}")
+        r["oursAnswered"], r["oursRecorded"], r["oursNotSucceeded"] = t_ours.answered, recorded, bad[:5]
+        r["oursRunningMarkers"] = len(os.listdir(os.path.join(ours.home, "running")))
+        left = [p for p in descendants(serve_pid) if p != serve_pid and proc_name(p) not in
+                ("gitterm-forks", "gitterm-spare")]
+        r["oursLeft"] = [f"{p} {proc_name(p)}" for p in left]
+        r["peerLeft"] = [f"{p} {proc_name(p)}" for p in descendants(peer.proc.pid) if p != peer.proc.pid]
+        r["oursJobCgroups"] = len(glob.glob(os.path.join(ours_cg.path, "gitterm", "job_*")))
+    finally:
+        if ours:
+            stop(ours.proc)
+        peer.stop()
+        time.sleep(0.2)
+        ours_cg.remove()
+        peer_cg.remove()
+
+
+def proc_name(pid):
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
+def starts_report(res, cfg):
+    r = res["starts"]
+    rounds = r["rounds"]
+    peer = "sandbox-agent"
+
+    def per_round(fn):
+        """(ours, peer, ours/peer) medians over the rounds; the ratio is each round's own."""
+        o = [fn(x["ours"]) for x in rounds]
+        p = [fn(x[peer]) for x in rounds]
+        return med(o), med(p), med([a / b for a, b in zip(o, p)])
+
+    rows = []
+    q = per_round(lambda x: med(x["quietMs"]))
+    rows.append(["one caller, quiet, p50", fmt_ms(q[0]), fmt_ms(q[1]), f"{q[2]:.2f}x", "< 1.0x",
+                 verdict(q[2], 1.0, strict=True)])
+    c = per_round(lambda x: x["jobsPerSecond"])
+    rows.append([f"{cfg.callers} callers at once, jobs/s", f"{c[0]:.0f}", f"{c[1]:.0f}", f"{c[2]:.2f}x", ">= 1.0x",
+                 "met" if c[2] >= 1.0 else "MISSED"])
+    cl = per_round(lambda x: med(x["concurrentMs"]))
+    rows.append([f"  their latency p50", fmt_ms(cl[0]), fmt_ms(cl[1]), f"{cl[2]:.2f}x", "", ""])
+    cl95 = per_round(lambda x: pct(x["concurrentMs"], 0.95))
+    rows.append([f"  their latency p95", fmt_ms(cl95[0]), fmt_ms(cl95[1]), f"{cl95[2]:.2f}x", "", ""])
+    b = per_round(lambda x: med(x["busyMs"]))
+    rows.append(["every core busy (yes), p50", fmt_ms(b[0]), fmt_ms(b[1]), f"{b[2]:.2f}x", "<= 1.2x",
+                 verdict(b[2], 1.2)])
+    cpu = per_round(lambda x: x["cpuUs"]["ours"])
+    rows.append([f"CPU per job, {cfg.callers} callers", f"{cpu[0]:.0f} us", f"{cpu[1]:.0f} us", f"{cpu[2]:.2f}x", "",
+                 ""])
+    qc = per_round(lambda x: x["quietCpuUs"])
+    rows.append(["CPU per job, one caller", f"{qc[0]:.0f} us", f"{qc[1]:.0f} us", f"{qc[2]:.2f}x", "", ""])
+    sh = per_round(lambda x: x["cpuUs"]["shell"])
+    rows.append(["  the shell's, not counted above", f"{sh[0]:.0f} us", f"{sh[1]:.0f} us", f"{sh[2]:.2f}x", "", ""])
+    head = ["starts, `true` waited", "ours", peer, "ratio", "goal", ""]
+    widths = [max(len(str(x[i])) for x in rows + [head]) for i in range(len(head))]
+    lines = ["  ".join(str(x).ljust(w) for x, w in zip(head, widths)).rstrip(), "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(str(x).ljust(w) for x, w in zip(row, widths)).rstrip() for row in rows]
+    o = [x["ours"]["cpuUs"] for x in rounds]
+    errs = sum(x[k]["errors"] for x in rounds for k in ("ours", peer))
+    lines.append("")
+    lines.append(f"ours' CPU per job ({cfg.callers} callers), medians: serve {med([x['serve'] for x in o]):.0f} us, "
+                 f"fork server {med([x['forkServer'] for x in o]):.0f} us, supervisors "
+                 f"{med([x['ours'] - x['serve'] - x['forkServer'] for x in o]):.0f} us "
+                 "(cgroup cpu.stat of serve's own cgroup less its jobs' cgroups); "
+                 f"{peer}'s: its /proc/PID/stat utime+stime (its shells: cutime+cstime)")
+    lines.append(f"errors {errs}; ours answered {r['oursAnswered']} starts and recorded {r['oursRecorded']} jobs, "
+                 f"not succeeded {len(r['oursNotSucceeded'])} {r['oursNotSucceeded']}; left running: ours "
+                 f"{r['oursLeft'] or 0} (running markers {r['oursRunningMarkers']}, job cgroups "
+                 f"{r['oursJobCgroups']}), {peer} {r['peerLeft'] or 0}")
+    lines.append(f"{len(rounds)} rounds of {cfg.start_calls} one-caller calls, {cfg.start_seconds} s of {cfg.callers} "
+                 f"callers, {cfg.start_calls} calls with {os.cpu_count()} x `yes`; load average per round "
+                 + ", ".join(f"{x['loadAverage']:.2f}" for x in rounds) + "; a new empty file in our state folder "
+                 "(a start makes four) p50 per round " + ", ".join(f"{x['createUs']:.0f}" for x in rounds)
+                 + f" us; {peer}: {r['peerCommand']}")
+    return "\n".join(lines)
+
+
 def fmt_ms(x):
     if x is None:
         return "-"
@@ -1187,6 +1470,9 @@ def main():
     ap.add_argument("binary", nargs="?", default=DEFAULT_BIN)
     ap.add_argument("--quick", action="store_true", help="fewer iterations, smaller captures")
     ap.add_argument("--peers", action="store_true", help="also install and measure the peers")
+    ap.add_argument("--starts", action="store_true",
+                    help="only the starts beside sandbox-agent: one caller, many callers, busy cores, CPU per job")
+    ap.add_argument("--rounds", type=int, help="rounds of the starts comparison (default 5, --quick 1)")
     ap.add_argument("--json", metavar="FILE", help="save the raw numbers")
     args = ap.parse_args()
     exe = os.path.abspath(args.binary)
@@ -1204,11 +1490,29 @@ def main():
     cfg.file_mb, cfg.file_runs = (50, 3) if args.quick else (200, 5)
     cfg.jobs = 200 if args.quick else 1000
     cfg.top = tempfile.mkdtemp(prefix="gitterm-bench-")
+    cfg.callers = 8
+    cfg.start_rounds = args.rounds or (1 if args.quick else 5)
+    cfg.start_calls = 30 if args.quick else 100
+    cfg.start_seconds = 2 if args.quick else 5
     res = {"binary": exe, "quick": args.quick, "startedAt": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "loadAverage": os.getloadavg(), "cpus": os.cpu_count()}
     ours = None
     peer_objs = []
     t0 = time.time()
+    if args.starts:
+        try:
+            log(f"starts: ours and sandbox-agent, {cfg.start_rounds} rounds")
+            bench_starts(cfg, exe, res)
+        finally:
+            shutil.rmtree(cfg.top, ignore_errors=True)
+        res["seconds"] = round(time.time() - t0, 1)
+        print(starts_report(res, cfg))
+        print(f"({res['cpus']} CPUs, load average {res['loadAverage'][0]:.2f} at start, "
+              f"{os.getloadavg()[0]:.2f} at the end; {res['seconds']} s)")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(res, f, indent=1)
+        return
     try:
         spawn_c = build_spawn_floor(cfg.top)
         ours = Ours(exe, cfg.top, cfg.jobs + 64)
@@ -1236,6 +1540,11 @@ def main():
                     p.stop()
                 if isinstance(p, SweRexSession):
                     sr.stop()
+            log(f"starts: ours and sandbox-agent, {cfg.start_rounds} rounds")
+            try:
+                bench_starts(cfg, exe, res)
+            except Exception as e:  # noqa: BLE001 (reported, the rest of the run stands)
+                res["startsError"] = f"{type(e).__name__}: {e}"
     finally:
         if ours:
             stop(ours.proc)
@@ -1247,6 +1556,11 @@ def main():
     print(report(res, labels))
     print()
     print(notes(res, cfg, labels))
+    if res.get("starts", {}).get("rounds"):
+        print()
+        print(starts_report(res, cfg))
+    elif res.get("startsError"):
+        print(f"starts: skipped: {res['startsError']}")
     print(f"({res['cpus']} CPUs, load average {res['loadAverage'][0]:.2f} at start; {res['seconds']} s)")
     if args.json:
         with open(args.json, "w") as f:

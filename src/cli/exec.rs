@@ -19,7 +19,8 @@ use crate::state::store::Store;
 const EXIT_STATUSES: &str = "\
 Exit status:
   0      The job succeeded, or is still running when --wait ends
-  1      The job was not started: too many jobs running
+  1      The job was not started: too many jobs running, or --session names a
+         session that is running another command (named) or that does not exist
   2      A usage error or bad input (e.g. --env, --cwd, --secret-file); nothing ran
   N      The job failed with exit code N (which may be one of these; --json tells)
   124    The job timed out (--timeout, --idle-timeout)

@@ -265,6 +265,41 @@ pub fn start_with_stdin(
     req: StartRequest,
     stdin: Option<fs::File>,
 ) -> Result<(JobRecord, Option<JobEvents>)> {
+    match begin(store, cfg, req, stdin, true)? {
+        Begun::Started(id, Some(rec), events) => {
+            debug_assert_eq!(rec.id, id);
+            Ok((rec, Some(events)))
+        }
+        Begun::Started(id, None, events) => {
+            Ok((settle::settle_and_load(store, &id)?, Some(events)))
+        }
+        Begun::Earlier(rec) => Ok((rec, None)),
+    }
+}
+
+/// What [`start_to_wait`] began.
+pub enum Begun {
+    /// A new job, its record (when it was read back) and its change channel.
+    Started(JobId, Option<JobRecord>, JobEvents),
+    /// An idempotent retry: the job the key started before, as it is now.
+    Earlier(JobRecord),
+}
+
+/// [`start_watched`] for a caller that waits for the job's end on its channel and reads
+/// the record then (a read that settles the job just as one now would): the record is not
+/// read back once the shell runs, which saves a read of it and a look at its supervisor on
+/// every waited start.
+pub fn start_to_wait(store: &Store, cfg: &Config, req: StartRequest) -> Result<Begun> {
+    begin(store, cfg, req, None, false)
+}
+
+fn begin(
+    store: &Store,
+    cfg: &Config,
+    req: StartRequest,
+    stdin: Option<fs::File>,
+    read_back: bool,
+) -> Result<Begun> {
     let resolved = validate(&req, cfg)?;
     if stdin.is_some() && (req.stdin.is_some() || req.interactive || req.pty.is_some()) {
         return Err(Error::Invalid(
@@ -281,7 +316,7 @@ pub fn start_with_stdin(
     if let Some((key, lock)) = &key_lock {
         match idempotency::lookup(store, lock, key, fingerprint) {
             Earlier::None => {}
-            Earlier::Same(id) => return Ok((settle::settle_and_load(store, &id)?, None)),
+            Earlier::Same(id) => return Ok(Begun::Earlier(settle::settle_and_load(store, &id)?)),
             Earlier::Different(id) => {
                 return Err(Error::Conflict(format!(
                     "Idempotency-Key {key:?} was already used for job {id} with a different \
@@ -308,13 +343,21 @@ pub fn start_with_stdin(
     let persisted_env = EnvStore::open(store.root())
         .persisted()?
         .for_job(scoped_user);
-    let result = create_and_spawn(store, cfg, &persisted_env, &req, &id, resolved, stdin);
+    let result = create_and_spawn(store, cfg, &persisted_env, &req, &id, resolved, stdin).and_then(
+        |events| {
+            // Settles the job at once if its supervisor already died (the lock is free now).
+            let rec = read_back
+                .then(|| settle::settle_and_load(store, &id))
+                .transpose()?;
+            Ok((rec, events))
+        },
+    );
     match result {
         Ok((rec, events)) => {
             if let Some((key, lock)) = &key_lock {
                 idempotency::record(store, lock, key, &id, fingerprint);
             }
-            Ok((rec, Some(events)))
+            Ok(Begun::Started(id, rec, events))
         }
         Err(e) => {
             // Nothing half-written: a job that never started leaves no folder behind,
@@ -346,7 +389,7 @@ fn create_and_spawn(
     id: &JobId,
     resolved: Resolved,
     given_stdin: Option<fs::File>,
-) -> Result<(JobRecord, JobEvents)> {
+) -> Result<JobEvents> {
     let Resolved {
         cwd,
         timeout,
@@ -462,8 +505,7 @@ fn create_and_spawn(
         .map_err(io("spec"))?;
     let events = spawn_supervisor(store, id, &lock, &spec, stdin)?;
     drop(lock);
-    // Settles the job at once if its supervisor already died (the lock is free now).
-    Ok((settle::settle_and_load(store, id)?, events))
+    Ok(events)
 }
 
 /// The fork server `serve` starts before its first thread (see [`use_fork_server`]).
@@ -476,6 +518,8 @@ pub fn use_fork_server() -> Result<()> {
     // The cgroup hierarchy is looked up once, here: every supervisor the server forks
     // inherits the answer instead of reading the mount table again.
     crate::os::cgroup::JobCgroup::warm();
+    // So is the boot id, which every journal line of theirs carries.
+    let _ = crate::state::sandbox::boot_id();
     let fs = crate::os::forkserver::ForkServer::start(super::supervisor::main_forked)
         .map_err(|e| Error::io("starting the fork server", e))?;
     let _ = FORK_SERVER.set(fs);

@@ -13,8 +13,11 @@ use crate::model::resources::{Capabilities, Limits, Usage};
 /// On hybrid hosts the job also has a folder in each cgroup v1 hierarchy it joined.
 pub struct JobCgroup {
     path: PathBuf,
-    /// The job's folders in cgroup v1 hierarchies (memory always where usable; cpu and
-    /// pids when limited), joined by its shell before it runs anything.
+    /// The job's folders in cgroup v1 hierarchies, joined by its shell before it runs
+    /// anything: memory always where usable (without it an unlimited job's usage and OOM
+    /// kills could not be measured: a child of its shell killed by the OOM killer would
+    /// go unseen), cpu and pids when limited. The first join costs the start an RCU grace
+    /// period (milliseconds; see `os::spawn`).
     v1: Vec<PathBuf>,
 }
 

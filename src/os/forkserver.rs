@@ -452,6 +452,8 @@ fn fork_spare(entry: Entry) -> io::Result<Spare> {
             // that a launcher waiting for its start can continue it if something stops it.
             let named = format!("pid {}\n", std::process::id());
             let _ = nix::unistd::write(BorrowedFd::borrow_raw(1), named.as_bytes());
+            // Read now, while nothing waits for it: the record names it.
+            let _ = super::proc::own_start();
             let request = BorrowedFd::borrow_raw(SPARE_REQUEST);
             // EOF: the server is gone, and so is this spare's reason to be.
             let code = match receive(request, 3, MsgFlags::empty()) {

@@ -14,6 +14,7 @@ pub mod privfile;
 pub mod probe;
 pub mod proc;
 pub mod pty;
+pub mod rename;
 pub mod resources;
 pub mod spawn;
 pub mod sweep;

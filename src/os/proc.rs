@@ -47,6 +47,23 @@ pub fn stat(pid: i32) -> Option<Stat> {
     parse_stat(&read_kernel_file(format!("/proc/{pid}/stat")).ok()?)
 }
 
+/// This process's start time (as [`Stat::start`]), read once per process: a spare
+/// supervisor reads it while it waits, so a start does not. Kept with the pid it was read
+/// in, so a fork never answers with its parent's.
+pub fn own_start() -> Option<u64> {
+    static OWN: std::sync::Mutex<Option<(u32, u64)>> = std::sync::Mutex::new(None);
+    let me = std::process::id();
+    let mut own = OWN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((pid, start)) = *own
+        && pid == me
+    {
+        return Some(start);
+    }
+    let start = stat(me as i32)?.start;
+    *own = Some((me, start));
+    Some(start)
+}
+
 /// Reads a small file the kernel makes up as it is read (`/proc`, cgroupfs). They report
 /// a size of 0, for which `fs::read_to_string` asks for the size and then reads in 32-byte
 /// steps (six reads for one `stat` line); a page-sized buffer takes it in one read and the

@@ -457,6 +457,13 @@ pub struct LoggedKill {
 /// Parses an `oom-kill:` log line of a process in the job's memory group (`task_memcg`
 /// ends with `/gitterm/<job_id>`, or is below it).
 pub fn parse_oom_line(line: &str, job_id: &str) -> Option<LoggedKill> {
+    let (kill, task_memcg) = parse_oom_line_any(line)?;
+    let marker = format!("/gitterm/{job_id}");
+    (task_memcg.ends_with(&marker) || task_memcg.contains(&format!("{marker}/"))).then_some(kill)
+}
+
+/// Parses any `oom-kill:` log line: the kill, and the victim's memory cgroup.
+fn parse_oom_line_any(line: &str) -> Option<(LoggedKill, String)> {
     let rest = &line[line.find("oom-kill:")? + "oom-kill:".len()..];
     let mut kill = LoggedKill {
         pid: 0,
@@ -464,8 +471,7 @@ pub fn parse_oom_line(line: &str, job_id: &str) -> Option<LoggedKill> {
         oom_memcg: None,
         constraint: String::new(),
     };
-    let mut ours = false;
-    let marker = format!("/gitterm/{job_id}");
+    let mut task_memcg = String::new();
     for kv in rest.trim_end().split(',') {
         let Some((k, v)) = kv.split_once('=') else {
             continue;
@@ -473,20 +479,20 @@ pub fn parse_oom_line(line: &str, job_id: &str) -> Option<LoggedKill> {
         match k {
             "constraint" => kill.constraint = v.to_string(),
             "oom_memcg" => kill.oom_memcg = Some(v.to_string()),
-            "task_memcg" => {
-                ours = v.ends_with(&marker) || v.contains(&format!("{marker}/"));
-            }
+            "task_memcg" => task_memcg = v.to_string(),
             "task" => kill.task = v.chars().filter(|c| !c.is_control()).collect(),
             "pid" => kill.pid = v.parse().ok()?,
             _ => {}
         }
     }
-    (ours && kill.pid > 0).then_some(kill)
+    (kill.pid > 0).then_some((kill, task_memcg))
 }
 
 /// The OOM kills of the job's processes in the kernel's log (`/dev/kmsg`, readable by
-/// root), oldest first; empty where the log cannot be read.
-pub fn logged_oom_kills(job_id: &str) -> Vec<LoggedKill> {
+/// root), oldest first: those in the job's memory group, and those of `pids` (processes
+/// of the job that died of SIGKILL, for a job without a memory group; the last line for
+/// each). Empty where the log cannot be read.
+pub fn logged_oom_kills(job_id: &str, pids: &[i32]) -> Vec<LoggedKill> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let Ok(mut f) = fs::OpenOptions::new()
@@ -505,6 +511,11 @@ pub fn logged_oom_kills(job_id: &str) -> Vec<LoggedKill> {
             Ok(n) => {
                 let rec = String::from_utf8_lossy(&buf[..n]);
                 if let Some(k) = parse_oom_line(&rec, job_id) {
+                    out.push(k);
+                } else if let Some((k, _)) = parse_oom_line_any(&rec)
+                    && pids.contains(&k.pid)
+                {
+                    out.retain(|o: &LoggedKill| o.pid != k.pid);
                     out.push(k);
                 }
             }

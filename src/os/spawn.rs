@@ -216,6 +216,12 @@ pub fn start_job(job: JobStart) -> io::Result<Started> {
         None => None,
     };
     let raw = |f: &OwnedFd| f.as_raw_fd();
+    if job.v1_procs.len() > MAX_V1 {
+        return Err(io::Error::other(format!(
+            "a job joins at most {MAX_V1} cgroup v1 groups, not {}",
+            job.v1_procs.len()
+        )));
+    }
     let mut v1 = [-1; MAX_V1];
     for (slot, f) in v1.iter_mut().zip(&job.v1_procs) {
         *slot = f.as_raw_fd();
@@ -264,9 +270,11 @@ pub fn start_job(job: JobStart) -> io::Result<Started> {
 fn clone_into_cgroup(cgroup: RawFd, child: &Child) -> Option<i32> {
     // A child that switches to the job's user can be stopped by that user's processes
     // before its exec, and a parent that waits for the exec inside clone could not stop
-    // waiting: such a child is forked, and its exec waited for with a bound.
+    // waiting: such a child is forked, and its exec waited for with a bound. So is one
+    // that joins cgroup v1 groups: its first write to a `cgroup.procs` waits for an RCU
+    // grace period, which a forked child spends while its parent writes the record.
     #[cfg(target_arch = "x86_64")]
-    if child.creds.is_none() {
+    if child.creds.is_none() && child.v1[0] < 0 {
         return clone_vfork_into_cgroup(cgroup, child);
     }
     clone_fork_into_cgroup(cgroup, child)

@@ -31,6 +31,11 @@ pub const RESERVE: &str = ".reserve";
 /// both reserves the room and becomes the record: a start makes and frees fewer inodes.
 pub const FINAL_RECORD: &str = ".job.json.final";
 
+/// Under the root: the emptied first-record files of ended jobs, each kept to become a
+/// later start's [`FINAL_RECORD`] (see `crate::state::store::Store::reserve_final`): a
+/// job then frees no inode and its start makes one fewer.
+pub const RECYCLED_DIR: &str = "recycled";
+
 /// Under the root: one name per running job, so a start counts them cheaply (a hard link
 /// to the job's output.log: a name without an inode of its own).
 pub const RUNNING_DIR: &str = "running";

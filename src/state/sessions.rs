@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::model::error::{Error, Result};
 use crate::model::session::{MAX_STATE_BYTES, SessionId, SessionMeta, SessionState};
 
-use super::fsutil::{self, Reserved, Unsynced};
+use super::fsutil;
 use super::layout::{SESSION_META, SESSION_STATE, SESSIONS_DIR, STAGING_PREFIX};
 
 /// How long a start waits for another start or removal of the same session.
@@ -87,71 +87,90 @@ pub enum SaveError {
     Io(io::Error),
 }
 
-/// Replaces the session's state, without waiting for the disk (see [`Unsynced`]). A
-/// session removed meanwhile is not brought back: the new file is made inside its folder.
+/// Prefix of the file a new state is written into before it is swapped in.
+const NEW_STATE_PREFIX: &str = ".state.json.";
+
+/// A state in place whose bytes are not yet known to be on disk (see [`Saved::sync`]).
+#[must_use = "sync it, or say why a kernel crash may lose it"]
+pub struct Saved {
+    file: File,
+    dir: File,
+}
+
+impl Saved {
+    /// Makes the new state durable: the file, then the folder entry.
+    pub fn sync(self) -> io::Result<()> {
+        self.file.sync_all()?;
+        self.dir.sync_all()
+    }
+}
+
+/// Replaces the session's state atomically, without waiting for the disk. The new file
+/// is swapped with the old (`RENAME_EXCHANGE`), then the old one is removed: a plain
+/// rename over a file makes ext4 write the new file's data out first (`auto_da_alloc`),
+/// milliseconds on a busy disk, on the way to the command's final record. Where the
+/// file system cannot swap, a plain rename. A session removed meanwhile is not brought
+/// back: the new file is made inside its folder.
 pub fn save_state(
     root: &Path,
     id: &SessionId,
     state: &SessionState,
-) -> std::result::Result<Unsynced, SaveError> {
+) -> std::result::Result<Saved, SaveError> {
+    use crate::os::files::{Rename, renameat2};
+    use std::io::Write;
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::OpenOptionsExt;
     let data = to_json(state).map_err(SaveError::Io)?;
     if data.len() > MAX_STATE_BYTES {
         return Err(SaveError::TooLarge(data.len()));
     }
-    match fsutil::replace(&dir(root, id).join(SESSION_STATE), &data, 0o600) {
-        Ok(u) => Ok(u),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(SaveError::Gone),
-        Err(e) => Err(SaveError::Io(e)),
-    }
-}
-
-/// Prefix of the file a running command's supervisor made for the state it will write.
-const RESERVED_PREFIX: &str = ".state.json.";
-
-/// A file for the state a command will write, made while its shell starts (a new file
-/// can cost a millisecond; the rename at the end costs none), with `room` bytes.
-pub fn reserve_state(
-    root: &Path,
-    id: &SessionId,
-    job: &crate::model::JobId,
-    room: usize,
-) -> io::Result<(Reserved, PathBuf)> {
-    let path = dir(root, id).join(format!("{RESERVED_PREFIX}{job}"));
-    Ok((fsutil::reserve(&path, room, 0o600)?, path))
-}
-
-/// [`save_state`] into the file [`reserve_state`] made.
-pub fn commit_state(
-    reserved: Reserved,
-    from: &Path,
-    root: &Path,
-    id: &SessionId,
-    state: &SessionState,
-) -> std::result::Result<Unsynced, SaveError> {
-    let data = to_json(state).map_err(SaveError::Io)?;
-    let fail = |e: io::Error| {
-        let _ = fs::remove_file(from);
-        if e.kind() == io::ErrorKind::NotFound {
-            SaveError::Gone
-        } else {
-            SaveError::Io(e)
-        }
+    let gone = |e: io::Error| match e.kind() {
+        io::ErrorKind::NotFound => SaveError::Gone,
+        _ => SaveError::Io(e),
     };
-    if data.len() > MAX_STATE_BYTES {
-        let _ = fs::remove_file(from);
-        return Err(SaveError::TooLarge(data.len()));
+    let folder = dir(root, id);
+    let dirfd = File::open(&folder).map_err(gone)?;
+    let mut rnd = [0u8; 6];
+    crate::os::proc::random_bytes(&mut rnd).map_err(SaveError::Io)?;
+    let tmp = format!("{NEW_STATE_PREFIX}{}", crate::model::id::hex(&rnd));
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(folder.join(&tmp))
+        .map_err(gone)?;
+    let placed = (|| {
+        file.write_all(&data)?;
+        let t = std::ffi::CString::new(tmp.clone())?;
+        match renameat2(
+            dirfd.as_fd(),
+            &t,
+            dirfd.as_fd(),
+            c"state.json",
+            Rename::Exchange,
+        ) {
+            // The old state now has the temporary name.
+            Ok(()) => fs::remove_file(folder.join(&tmp)),
+            Err(_) => fs::rename(folder.join(&tmp), folder.join(SESSION_STATE)),
+        }
+    })();
+    if let Err(e) = placed {
+        let _ = fs::remove_file(folder.join(&tmp));
+        return Err(gone(e));
     }
-    reserved
-        .replace(from, &dir(root, id).join(SESSION_STATE), &data)
-        .map_err(fail)
+    Ok(Saved { file, dir: dirfd })
 }
 
-/// Removes the reserved files of commands whose supervisor is gone (none runs: the
-/// caller checked, holding the lock).
-pub fn sweep_reserved(root: &Path, id: &SessionId) {
+/// Removes new-state files a supervisor that died left (none runs: the caller checked,
+/// holding the lock).
+pub fn sweep_unfinished(root: &Path, id: &SessionId) {
     if let Ok(d) = fs::read_dir(dir(root, id)) {
         for e in d.flatten() {
-            if e.file_name().to_string_lossy().starts_with(RESERVED_PREFIX) {
+            if e.file_name()
+                .to_string_lossy()
+                .starts_with(NEW_STATE_PREFIX)
+            {
                 let _ = fs::remove_file(e.path());
             }
         }

@@ -545,6 +545,13 @@ impl Watches {
         })
     }
 
+    /// The cursor of the oldest event kept: where a new watch's reader begins.
+    pub fn first_cursor(&self, id: &str) -> Result<String> {
+        let reg = self.lock();
+        let w = reg.watches.get(id).ok_or_else(|| not_found(id))?;
+        Ok(self.cursor(w.log.start()))
+    }
+
     fn cursor(&self, off: u64) -> String {
         format!("{}-{off}", self.boot)
     }

@@ -42,11 +42,12 @@ pub fn start(app: &App, call: &Call<'_>) -> Reply {
         Wait::Seconds(s) if s > 0.0 => Some(app.wait_slot("start the job with background: true")?),
         _ => None,
     };
-    let (rec, events) = launch::start_watched(&app.store, &app.cfg, start)?;
-    let rec = match (body.wait, events) {
-        (Wait::Background, _) => rec,
-        (Wait::Seconds(s), Some(ev)) => wait_end_events(app, &rec.id.clone(), ev, s)?,
-        (Wait::Seconds(s), None) => wait_end(app, &rec.id.clone(), s)?,
+    let rec = match body.wait {
+        Wait::Seconds(s) if s > 0.0 => match launch::start_to_wait(&app.store, &app.cfg, start)? {
+            launch::Begun::Started(id, _, ev) => wait_end_events(app, &id, ev, s)?,
+            launch::Begun::Earlier(rec) => wait_end(app, &rec.id.clone(), s)?,
+        },
+        _ => launch::start_watched(&app.store, &app.cfg, start)?.0,
     };
     Ok(app.store.view(&rec))
 }

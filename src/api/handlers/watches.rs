@@ -71,7 +71,7 @@ pub fn create(app: &App, call: &Call<'_>) -> Reply {
     }
     let mut v = app.watches.describe(&id)?;
     // Where reading begins for this watch: every change after this answer is in it.
-    v["cursor"] = app.watches.page(&id, None, 1)?.next.into();
+    v["cursor"] = app.watches.first_cursor(&id)?.into();
     Ok(v)
 }
 

@@ -176,6 +176,8 @@ struct Supervisor {
     others_pending: Vec<String>,
     /// The final record's file, with its room (none where it could not be made).
     reserved: Option<crate::state::fsutil::Reserved>,
+    /// A reap found no child left: the job has no process outside its cgroup.
+    childless: bool,
     /// A session's command: what its end saves.
     session: Option<session::SessionIo>,
     /// What tells of OOM kills (see `oom`).

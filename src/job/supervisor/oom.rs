@@ -70,11 +70,9 @@ impl Watch {
         let id = cg
             .and_then(|c| c.path().file_name())
             .and_then(|n| n.to_str())
-            .unwrap_or("");
-        let logged = match id.is_empty() {
-            true => Vec::new(),
-            false => crate::os::resources::logged_oom_kills(id),
-        };
+            .unwrap_or("job_");
+        let pids: Vec<i32> = self.victims.iter().map(|v| v.0).collect();
+        let logged = crate::os::resources::logged_oom_kills(id, &pids);
         if let Some(first) = logged.first() {
             let named: Vec<String> = logged
                 .iter()

@@ -21,6 +21,9 @@ pub(super) struct PendingLine {
     last: Option<Instant>,
     /// Output came since the last look.
     dirty: bool,
+    /// A file was ever written: else the end has nothing to remove (two unlinks less on
+    /// the path of every job that ends with no line pending).
+    written: bool,
 }
 
 impl PendingLine {
@@ -32,6 +35,7 @@ impl PendingLine {
             shown: Vec::new(),
             last: None,
             dirty: false,
+            written: false,
         }
     }
 
@@ -62,6 +66,7 @@ impl PendingLine {
         let done = if line.is_empty() {
             fs::remove_file(&self.path)
         } else {
+            self.written = true;
             fs::write(&self.tmp, &line).and_then(|()| fs::rename(&self.tmp, &self.path))
         };
         // A full disk leaves the answer without the line, never the job stuck.
@@ -72,8 +77,10 @@ impl PendingLine {
 
     /// The job ended: its last line is stored in output.log now.
     pub(super) fn remove(&mut self) {
-        let _ = fs::remove_file(&self.path);
-        let _ = fs::remove_file(&self.tmp);
+        if self.written {
+            let _ = fs::remove_file(&self.path);
+            let _ = fs::remove_file(&self.tmp);
+        }
         self.shown.clear();
         self.dirty = false;
     }

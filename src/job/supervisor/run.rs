@@ -319,6 +319,13 @@ impl Supervisor {
                     self.oom.killed(pid.as_raw(), proc::comm(pid.as_raw()));
                     pid
                 }
+                // No child at all, not even a zombie: nothing of the job can be our
+                // descendant any more (orphans are re-parented only to an ancestor), so
+                // the walk of /proc is over for good.
+                Err(nix::errno::Errno::ECHILD) => {
+                    self.childless = true;
+                    break;
+                }
                 Ok(WaitStatus::StillAlive) | Err(_) => break,
                 Ok(st) => st.pid().unwrap_or(Pid::from_raw(-1)),
             };
@@ -338,7 +345,7 @@ impl Supervisor {
     /// True while any process of the job is alive (zombies do not count, but a zombie
     /// leader whose threads run on does).
     fn any_alive(&self) -> bool {
-        proc::descendants(self.me).iter().any(proc::alive)
+        (!self.childless && proc::descendants(self.me).iter().any(proc::alive))
             || self.cgroup.as_ref().is_some_and(|c| {
                 c.pids()
                     .iter()

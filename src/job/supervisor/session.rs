@@ -15,7 +15,6 @@ use crate::model::session::{
     self, DUMP_FD, MAX_DUMP_BYTES, RESTORE_FD, SessionRun, Shell, parse_dump,
 };
 use crate::model::spec::Spec;
-use crate::state::fsutil::{Reserved, Unsynced};
 use crate::state::sessions::{self as store, SaveError};
 use crate::text::redact::Redactor;
 
@@ -31,11 +30,9 @@ pub(super) struct SessionIo {
     /// The command's secrets, in every spelling output masks.
     secrets: Redactor,
     /// The saved state, made durable after the final record.
-    saved: Option<Unsynced>,
-    /// The file the state will be written into, made while the shell starts.
-    reserved: Option<(Reserved, std::path::PathBuf)>,
+    saved: Option<store::Saved>,
     /// This job, the session's latest command once it ended.
-    job: Option<crate::model::JobId>,
+    job: crate::model::JobId,
 }
 
 /// The program a session's shell runs as (`$0`).
@@ -87,41 +84,21 @@ pub(super) fn prepare(
             env,
             secrets,
             saved: None,
-            reserved: None,
-            job: None,
+            job: spec.record.id.clone(),
         },
         fds,
     )))
 }
 
 impl SessionIo {
-    /// Makes the file the state will be written into (while the shell starts: a new file
-    /// can cost a millisecond on the job's way out). Without it, a new file at the end.
-    pub(super) fn reserve(&mut self, root: &std::path::Path, job: &crate::model::JobId) {
-        let room = serde_json::to_vec_pretty(&self.run.state).map_or(0, |v| v.len()) + 4096;
-        self.reserved = crate::state::sessions::reserve_state(
-            root,
-            &self.run.id,
-            job,
-            room.next_multiple_of(4096),
-        )
-        .ok();
-        self.job = Some(job.clone());
-    }
-
-    /// Writes `state` (with this job as the latest command): into the reserved file where
-    /// there is one.
+    /// Writes `state`, with this job as the latest command.
     fn write(
         &mut self,
         root: &std::path::Path,
         mut state: session::SessionState,
     ) -> Result<(), SaveError> {
-        state.last_job_id = self.job.clone();
-        let u = match self.reserved.take() {
-            Some((r, from)) => store::commit_state(r, &from, root, &self.run.id, &state)?,
-            None => store::save_state(root, &self.run.id, &state)?,
-        };
-        self.saved = Some(u);
+        state.last_job_id = Some(self.job.clone());
+        self.saved = Some(store::save_state(root, &self.run.id, &state)?);
         Ok(())
     }
 

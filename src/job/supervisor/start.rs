@@ -24,7 +24,6 @@ use crate::model::{JobId, JobRecord};
 use crate::os::cgroup::JobCgroup;
 use crate::os::proc;
 use crate::os::spawn::Started;
-use crate::state::layout::FINAL_RECORD;
 use crate::state::store::Store;
 use crate::text::pipeline::Pipeline;
 
@@ -243,22 +242,14 @@ impl Supervisor {
             &spec, envp, io.stdin, io.stdout, io.stderr, cg_dir, v1_procs, stdio,
         )?;
         drop(session_fds);
-        let mut session = session;
-        if let Some(s) = &mut session {
-            s.reserve(store.root(), id);
-        }
+
         let shell = started.pid;
         // Room for the final record: the first one's size (a long command makes it long)
         // and what the end adds. Without room it may still land: go on. Made while the
         // shell starts (a new file can cost a millisecond on ext4 without a journal, after
         // a mass deletion), and before the job has had time to fill the disk.
         let room = serde_json::to_vec_pretty(&rec).map_or(0, |v| v.len()) + RESERVE_EXTRA;
-        let reserved = crate::state::fsutil::reserve(
-            &dir.join(FINAL_RECORD),
-            room.next_multiple_of(4096),
-            0o600,
-        )
-        .ok();
+        let reserved = store.reserve_final(&dir, room.next_multiple_of(4096)).ok();
         let rec = publish_first_record(store, id, &dir, rec, shell, me, cgroup.as_ref(), first)?;
         let mut control = control;
         if let Some(c) = &mut control {
@@ -295,6 +286,7 @@ impl Supervisor {
             others,
             others_pending,
             reserved,
+            childless: false,
             session,
             oom: super::oom::Watch::new(),
             stderr,
@@ -467,7 +459,11 @@ fn publish_first_record(
     rec.pgid = Some(shell);
     rec.started_at = Some(crate::text::timefmt::now());
     rec.supervisor_pid = Some(me);
-    rec.supervisor_start = proc::stat(me).map(|s| s.start);
+    rec.supervisor_start = if me == std::process::id() as i32 {
+        proc::own_start()
+    } else {
+        proc::stat(me).map(|s| s.start)
+    };
     rec.cgroup = cgroup.map(|c| c.path().to_string_lossy().into_owned());
     rec.cgroups_v1 = cgroup.map(JobCgroup::v1_paths).unwrap_or_default();
     // Neither the record nor the folder's rename is fsynced: a crash of any process

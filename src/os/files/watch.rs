@@ -196,17 +196,25 @@ impl Engine {
             root_entry: guard.root_entry(),
         });
         let e = Arc::clone(&engine);
+        let (ready, started) = std::sync::mpsc::sync_channel(1);
         std::thread::Builder::new()
             .name("fswatch".into())
             .stack_size(512 << 10)
             .spawn(move || {
                 if let Some((uid, gid, groups)) = &user
-                    && super::sys::thread_fs_creds(*uid, *gid, groups).is_err()
+                    && let Err(err) = super::sys::thread_fs_creds(*uid, *gid, groups)
                 {
+                    let _ = ready.send(Err(err));
                     return;
                 }
+                let _ = ready.send(Ok(()));
                 e.run(&guard, &sink);
             })?;
+        // A reader without the job user's credentials would watch nothing it should:
+        // no engine at all, then.
+        started
+            .recv()
+            .unwrap_or_else(|_| Err(io::Error::other("the watch reader did not start")))?;
         Ok(engine)
     }
 
