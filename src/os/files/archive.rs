@@ -936,7 +936,9 @@ fn read_entries<R: Read>(
                     }
                     Err(e) => return Err(e.into()),
                 }
-                dirs.retain(|d| d.parts != parts);
+                // A folder named twice is set twice, the later entry last (the sort
+                // below is stable), as tar does; no search through the list.
+
                 dirs.push(DirMeta {
                     parts: parts.clone(),
                     mode,
