@@ -116,9 +116,7 @@ pub fn save_state(
     id: &SessionId,
     state: &SessionState,
 ) -> std::result::Result<Saved, SaveError> {
-    use crate::os::files::{Rename, renameat2};
     use std::io::Write;
-    use std::os::fd::AsFd;
     use std::os::unix::fs::OpenOptionsExt;
     let data = to_json(state).map_err(SaveError::Io)?;
     if data.len() > MAX_STATE_BYTES {
@@ -140,23 +138,17 @@ pub fn save_state(
         .custom_flags(libc::O_CLOEXEC)
         .open(folder.join(&tmp))
         .map_err(gone)?;
+    let (new, old) = (folder.join(&tmp), folder.join(SESSION_STATE));
     let placed = (|| {
         file.write_all(&data)?;
-        let t = std::ffi::CString::new(tmp.clone())?;
-        match renameat2(
-            dirfd.as_fd(),
-            &t,
-            dirfd.as_fd(),
-            c"state.json",
-            Rename::Exchange,
-        ) {
+        match crate::os::rename::exchange(&new, &old) {
             // The old state now has the temporary name.
-            Ok(()) => fs::remove_file(folder.join(&tmp)),
-            Err(_) => fs::rename(folder.join(&tmp), folder.join(SESSION_STATE)),
+            Ok(()) => fs::remove_file(&new),
+            Err(_) => fs::rename(&new, &old),
         }
     })();
     if let Err(e) = placed {
-        let _ = fs::remove_file(folder.join(&tmp));
+        let _ = fs::remove_file(&new);
         return Err(gone(e));
     }
     Ok(Saved { file, dir: dirfd })
