@@ -1067,7 +1067,8 @@ fn the_cli_lists_and_revokes_and_a_running_serve_follows() {
 fn failed_exchanges_are_rate_limited() {
     let s = serve();
     let gate = free_port();
-    mint(&s, json!({"port": free_port(), "gatePort": gate}));
+    let port = free_port();
+    mint(&s, json!({"port": port, "gatePort": gate}));
     gate_up(gate);
     let mut c = Raw::open(gate);
     let mut statuses = Vec::new();
@@ -1080,6 +1081,13 @@ fn failed_exchanges_are_rate_limited() {
     }
     assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
     assert!(statuses[..statuses.len() - 1].iter().all(|&s| s == 401));
+    // A guesser on the same address (behind a provider's proxy every browser may share
+    // one) does not hold a real link off, and stays refused itself.
+    let g = mint(&s, json!({"port": port, "gatePort": gate}));
+    let got = Raw::open(gate).get(&format!("/?preview_token={}", token(&g)), &[]);
+    assert_eq!(got.status, 302, "{}", got.text());
+    let got = Raw::open(gate).get("/?preview_token=pvt_guess99", &[]);
+    assert_eq!(got.status, 429, "{}", got.text());
 }
 
 #[test]
