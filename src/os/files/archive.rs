@@ -18,7 +18,7 @@ use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 use std::rc::Rc;
 
@@ -601,10 +601,53 @@ impl Drop for Staging<'_> {
 }
 
 /// The bounds of one unpack.
-pub struct UnpackOpts {
+pub struct UnpackOpts<'a> {
     pub format: Format,
     /// Most bytes of file content the archive may unpack to (`--max-file-bytes`).
     pub max_bytes: u64,
+    /// Where the staging folder's absolute path is written before it is made (the
+    /// server's journal of unpacks in progress), so a start after a crash can remove it.
+    pub journal: Option<&'a File>,
+}
+
+/// Writes the staging folder's absolute path (`holder`'s real path, then `name`) into
+/// `journal`, durably, before the folder exists.
+fn note_staging(journal: &File, holder: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let real = std::fs::read_link(format!("/proc/self/fd/{}", holder.as_raw_fd()))?;
+    let mut line = real.into_os_string().into_vec();
+    if !line.starts_with(b"/") || line.ends_with(b" (deleted)") {
+        return Err(Errno::ENOENT.into());
+    }
+    if !line.ends_with(b"/") {
+        line.push(b'/');
+    }
+    line.extend_from_slice(name.to_bytes());
+    let mut j = journal;
+    j.write_all(&line)?;
+    j.sync_data()
+}
+
+/// Removes the staging folder at `path` (absolute) that a server which died in the
+/// middle of an unpack left, if it really is one: one of our names, a folder (never
+/// followed if a symlink), owned by `owner`. False if there was nothing of ours there.
+pub fn remove_left_staging(guard: &Guard, path: &[u8], owner: u32) -> io::Result<bool> {
+    let name = path.rsplit(|&b| b == b'/').next().unwrap_or_default();
+    if !path.starts_with(b"/") || !is_staging_name(name) {
+        return Ok(false);
+    }
+    let p = match super::resolve(guard, path, super::FinalLink::Keep, Intent::MoveOrRemove) {
+        Ok(p) => p,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    match &p.st {
+        Some(st) if is_dir(st) && st.st_uid == owner => {}
+        _ => return Ok(false),
+    }
+    super::tree::remove(guard, &p, true)?;
+    super::sync_dir(p.dir.as_fd());
+    Ok(true)
 }
 
 /// Unpacks the archive read from `body` into the folder at `target` (created if
@@ -637,6 +680,9 @@ pub fn unpack(
     };
     if exists && id_of(&fstat(&holder)?) != target.st.as_ref().map(id_of).unwrap_or_default() {
         return Err(Errno::ESTALE.into());
+    }
+    if let Some(j) = o.journal {
+        note_staging(j, holder.as_fd(), &stage_name)?;
     }
     nix::sys::stat::mkdirat(
         &holder,
