@@ -676,3 +676,51 @@ fn a_staging_folder_swapped_for_a_symlink_after_a_crash_is_not_followed_by_the_s
         0
     );
 }
+
+#[test]
+fn an_unpack_that_fails_while_moving_into_place_puts_back_what_it_moved() {
+    let s = Server::start(&[]);
+    let target = s.dir().join("target");
+    for d in ["a", "m"] {
+        std::fs::create_dir_all(target.join(d)).unwrap();
+    }
+    std::fs::write(target.join("a/x.txt"), b"old x").unwrap();
+    // A mount point in the target: the renames that move an archive into place cannot
+    // cross it, and the merge only finds out after it moved what comes before ("a").
+    let mnt = target.join("m");
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(&mnt)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|st| st.success());
+    if !mounted {
+        crate::util::skip::skip_root("cannot mount a tmpfs here");
+        return;
+    }
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _u = Unmount(mnt.clone());
+    std::fs::write(mnt.join("kept.txt"), b"on the mount").unwrap();
+    let src = s.dir().join("src");
+    for d in ["a/new", "m"] {
+        std::fs::create_dir_all(src.join(d)).unwrap();
+    }
+    std::fs::write(src.join("a/x.txt"), b"new x").unwrap();
+    std::fs::write(src.join("a/y.txt"), b"new y").unwrap();
+    std::fs::write(src.join("a/new/z.txt"), b"new z").unwrap();
+    std::fs::write(src.join("m/w.txt"), b"new w").unwrap();
+    let file = s.dir().join("src.tar");
+    tool(&["pack", src.to_str().unwrap(), file.to_str().unwrap()]);
+    let before = without_dir_times(&tree(&target));
+    let (code, v) = put_archive(&s, &target, "tar", &file);
+    assert_eq!(code, 409, "{v}");
+    assert!(v.to_string().contains("mount point"), "{v}");
+    assert_eq!(without_dir_times(&tree(&target)), before, "{v}");
+    assert_eq!(std::fs::read(target.join("a/x.txt")).unwrap(), b"old x");
+    assert!(staging_left(&target).is_empty());
+}
