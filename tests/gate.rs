@@ -184,6 +184,11 @@ impl Dev {
                     let _ = w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nforged");
                     return;
                 }
+                "/big" => {
+                    let body: Vec<u8> = (0..3usize << 20).map(|i| (i % 251) as u8).collect();
+                    w.write_all(format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).as_bytes())
+                        .and_then(|()| w.write_all(&body))
+                }
                 "/204" => w.write_all(b"HTTP/1.1 204 No Content\r\n\r\n"),
                 "/304" => w.write_all(b"HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\n\r\n"),
                 "/103" => w.write_all(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"),
@@ -746,7 +751,36 @@ fn bodies_and_events_stream_both_ways() {
     }
     writer.join().unwrap();
     assert_eq!(got, TOTAL);
-    // The connection carries on.
+    // The connection carries on, and a large body of known length (read past the
+    // connection's buffer in large pieces) arrives exact too.
+    assert_eq!(c.get("/", &[&cookie]).text(), "hello");
+    let sized: Vec<u8> = (0..3 << 20).map(|i| byte(i * 3)).collect();
+    c.send(
+        format!(
+            "POST /echo HTTP/1.1\r\nHost: app.localhost\r\n{cookie}\r\nContent-Length: {}\r\n\r\n",
+            sized.len()
+        )
+        .as_bytes(),
+    );
+    let mut w = c.r.get_ref().try_clone().unwrap();
+    let up = sized.clone();
+    let writer = std::thread::spawn(move || w.write_all(&up).unwrap());
+    let echoed = c.response();
+    writer.join().unwrap();
+    assert_eq!(echoed.status, 200);
+    assert!(
+        echoed.body == sized,
+        "the sized echo differs ({} bytes back)",
+        echoed.body.len()
+    );
+    let big = c.get("/big", &[&cookie]);
+    assert_eq!(big.header("content-length"), Some("3145728"));
+    assert!(
+        big.body
+            .iter()
+            .enumerate()
+            .all(|(i, b)| *b == (i % 251) as u8)
+    );
     assert_eq!(c.get("/", &[&cookie]).text(), "hello");
 
     // Server-Sent Events: each event arrives while the next is not even written yet.
@@ -1033,7 +1067,8 @@ fn the_cli_lists_and_revokes_and_a_running_serve_follows() {
 fn failed_exchanges_are_rate_limited() {
     let s = serve();
     let gate = free_port();
-    mint(&s, json!({"port": free_port(), "gatePort": gate}));
+    let port = free_port();
+    mint(&s, json!({"port": port, "gatePort": gate}));
     gate_up(gate);
     let mut c = Raw::open(gate);
     let mut statuses = Vec::new();
@@ -1046,6 +1081,13 @@ fn failed_exchanges_are_rate_limited() {
     }
     assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
     assert!(statuses[..statuses.len() - 1].iter().all(|&s| s == 401));
+    // A guesser on the same address (behind a provider's proxy every browser may share
+    // one) does not hold a real link off, and stays refused itself.
+    let g = mint(&s, json!({"port": port, "gatePort": gate}));
+    let got = Raw::open(gate).get(&format!("/?preview_token={}", token(&g)), &[]);
+    assert_eq!(got.status, 302, "{}", got.text());
+    let got = Raw::open(gate).get("/?preview_token=pvt_guess99", &[]);
+    assert_eq!(got.status, 429, "{}", got.text());
 }
 
 #[test]

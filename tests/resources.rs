@@ -66,6 +66,13 @@ fn folders_named(id: &str) -> Vec<String> {
     found
 }
 
+/// Whether this process may read the kernel's log, where the OOM killer names its victim
+/// and the group whose limit was reached (root with CAP_SYSLOG); without it the agent
+/// names only what it reaped itself.
+fn kernel_log_readable() -> bool {
+    std::fs::File::open("/dev/kmsg").is_ok()
+}
+
 fn f64_of(v: &Value, ptr: &str) -> f64 {
     v.pointer(ptr)
         .and_then(Value::as_f64)
@@ -89,7 +96,9 @@ fn a_job_over_its_memory_limit_is_oom_killed_and_named() {
     assert_eq!(v["oomKilled"], true, "{v:#}");
     assert_eq!(v["limits"]["memoryBytes"], 64 << 20);
     let reason = text(&v, "reason");
-    assert!(reason.contains("python3 (pid "), "{reason}");
+    if kernel_log_readable() {
+        assert!(reason.contains("python3 (pid "), "{reason}");
+    }
     assert!(reason.contains("its memory limit (64 MiB)"), "{reason}");
     assert!(text(&v, "output").contains("shell-went-on"), "{v:#}");
     // The shell went on and exited 0: the job succeeded (its status is its shell's), and
@@ -108,8 +117,9 @@ fn a_job_over_its_memory_limit_is_oom_killed_and_named() {
         "python3 -c 'b = bytearray(200 << 20)'",
     ]);
     assert_eq!(out.code, Some(137), "{out:#?}");
+    assert!(out.stderr.contains("out of memory"), "{out:#?}");
     assert!(
-        out.stderr.contains("out of memory") && out.stderr.contains("python3 (pid"),
+        !kernel_log_readable() || out.stderr.contains("python3 (pid"),
         "{out:#?}"
     );
     let out = sb.run(&[
@@ -121,7 +131,11 @@ fn a_job_over_its_memory_limit_is_oom_killed_and_named() {
     ]);
     assert_eq!(out.code, Some(0), "{out:#?}");
     assert!(out.stdout.contains("went-on"), "{out:#?}");
-    assert!(out.stderr.contains("python3 (pid"), "{out:#?}");
+    assert!(out.stderr.contains("out of memory"), "{out:#?}");
+    assert!(
+        !kernel_log_readable() || out.stderr.contains("python3 (pid"),
+        "{out:#?}"
+    );
     sb.assert_no_leftovers();
 }
 
@@ -732,13 +746,18 @@ fn an_oom_of_the_sandboxs_own_limit_is_not_blamed_on_the_jobs() {
         let v = in_sandbox(args);
         assert_eq!(v["oomKilled"], true, "{v:#}");
         let reason = text(&v, "reason");
-        assert!(reason.contains("python3 (pid "), "{reason}");
-        assert!(
-            reason.contains("the sandbox reached its memory limit")
-                && reason.contains("gt-sandbox-")
-                && !reason.contains("the job reached"),
-            "{reason}"
-        );
+        assert!(!reason.contains("the job reached"), "{reason}");
+        if kernel_log_readable() {
+            // The kernel's log names the victim and the group whose limit it was.
+            assert!(reason.contains("python3 (pid "), "{reason}");
+            assert!(
+                reason.contains("the sandbox reached its memory limit")
+                    && reason.contains("gt-sandbox-"),
+                "{reason}"
+            );
+        } else {
+            assert!(reason.contains("not the job's own limit"), "{reason}");
+        }
     }
     sb.assert_no_leftovers();
     // The agent's jobs folder in that group, then the group (empty once exec is gone).

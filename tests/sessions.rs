@@ -314,6 +314,8 @@ fn a_command_ended_by_timeout_cancel_or_kill_leaves_the_session_as_it_was() {
         let mut n: Vec<String> = std::fs::read_dir(&folder)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            // The file the next state is written into before it is swapped in.
+            .filter(|n| n != ".state.json.next")
             .collect();
         n.sort();
         n

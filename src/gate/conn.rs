@@ -71,25 +71,27 @@ pub(super) fn connection(gate: &Gate, gate_port: u16, client: TcpStream, peer: S
         // that has read it may look at the metrics next.
 
         if let Some(token) = preview::tokens_in(&head.query).first() {
-            if gate.exchange_limited(peer.ip()) {
-                done(429, Outcome::Refused, None);
-                say(
-                    &mut w,
-                    &answer::text(
-                        429,
-                        "Too many failed preview links from this address; wait a minute.\n",
-                        true,
-                        head_only,
-                    ),
-                );
-                return;
-            }
             let ok = match gate.grants.exchange(gate_port, token) {
                 Ok((adm, value)) => {
                     let location = preview::exchange_location(&head.path, &head.query);
                     let name = preview::cookie_name(gate_port);
                     done(302, Outcome::Exchanged, Some(&adm.grant));
                     say(&mut w, &answer::exchanged(&location, &name, &value, close))
+                }
+                // Only failures are limited: behind a provider's proxy every browser may
+                // share one address, and a guesser there must not hold a real link off.
+                Err(Denied::Unauthorized(_)) if gate.exchange_limited(peer.ip()) => {
+                    done(429, Outcome::Refused, None);
+                    say(
+                        &mut w,
+                        &answer::text(
+                            429,
+                            "Too many failed preview links from this address; wait a minute.\n",
+                            true,
+                            head_only,
+                        ),
+                    );
+                    return;
                 }
                 Err(Denied::Unauthorized(msg)) => {
                     gate.exchange_failed(peer.ip());

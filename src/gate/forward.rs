@@ -298,8 +298,17 @@ pub(super) fn forward(
         } else {
             (None, Some(r))
         };
-        let pump =
-            pump_r.map(|r| sc.spawn(move || pump_body(r, framing, limits, &mut pump_to, read_all)));
+        let pump = pump_r.map(|r| {
+            let browser = w.try_clone().ok();
+            sc.spawn(move || {
+                if let (Framing::Length(n), Some(b)) = (framing, &browser)
+                    && n > client::BULK as u64
+                {
+                    return pump_bulk(r, b, n, limits, &mut pump_to, read_all);
+                }
+                pump_body(r, framing, limits, &mut pump_to, read_all)
+            })
+        });
         // Cuts what is left of the request: the browser's side (the pump reads it) and the
         // dev server's (the pump writes it), then waits for the pump.
         let abandon = |pump: Option<std::thread::ScopedJoinHandle<'_, io::Result<bool>>>,
@@ -463,6 +472,53 @@ fn timeouts(gate: &Gate, up: &Upstream) {
             .set_read_timeout(Some(gate.cfg.upstream_head_timeout));
 }
 
+/// [`pump_body`] for a large body of known length: read in large pieces straight off the
+/// socket (past the 64 KiB buffer, once that is drained), each read within the body
+/// timeout.
+fn pump_bulk(
+    r: &mut BufReader<Stream>,
+    browser: &TcpStream,
+    mut n: u64,
+    limits: &crate::http::Limits,
+    up: &mut TcpStream,
+    read_all: &std::sync::atomic::AtomicBool,
+) -> io::Result<bool> {
+    let res = (|| {
+        browser.set_read_timeout(Some(limits.body_timeout))?;
+        let take = r.buffer().len().min(n.min(usize::MAX as u64) as usize);
+        up.write_all(&r.buffer()[..take])?;
+        r.consume(take);
+        n -= take as u64;
+        let mut big = vec![0u8; client::BULK];
+        while n > 0 {
+            let want = big.len().min(n.min(usize::MAX as u64) as usize);
+            let got = match r.read(&mut big[..want]) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the connection closed in the middle of the body",
+                    ));
+                }
+                Ok(k) => k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            n -= got as u64;
+            // Told before the last write: the dev server may answer as soon as it has it.
+            if n == 0 {
+                read_all.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            up.write_all(&big[..got])?;
+        }
+        read_all.store(true, std::sync::atomic::Ordering::SeqCst);
+        Ok(true)
+    })();
+    if res.is_err() {
+        let _ = up.shutdown(Shutdown::Both);
+    }
+    res
+}
+
 /// Sends the browser's request body on as it arrives: true once it was read to its end.
 fn pump_body(
     r: &mut BufReader<Stream>,
@@ -477,6 +533,11 @@ fn pump_body(
     let res = (|| {
         loop {
             let n = body.read(&mut buf)?;
+            // Told before the last write: the dev server may answer as soon as it has it,
+            // and the answer must not find the pump still busy and cut the connection.
+            if body.complete() {
+                read_all.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
             if n == 0 {
                 read_all.store(body.complete(), std::sync::atomic::Ordering::SeqCst);
                 break;

@@ -82,6 +82,13 @@ fn validate(req: &StartRequest, cfg: &Config) -> Result<Resolved> {
         )));
     }
     env::check_all(&req.env)?;
+    if req.argv.is_some() && req.session.is_some() {
+        return Err(Error::Invalid(
+            "argv and session exclude each other: argv runs a program without a shell, a \
+             session's commands run in its shell (give command instead)"
+                .into(),
+        ));
+    }
     if req.separate_stderr && req.pty.is_some() {
         return Err(Error::Invalid(
             "separateStderr and pty exclude each other: a terminal has one stream".into(),

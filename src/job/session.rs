@@ -230,7 +230,6 @@ pub fn start(
              end (GET /v1/jobs/{job}?waitSeconds=60) or cancel it"
         )));
     }
-    store::sweep_unfinished(st.root(), id);
     let state = store::load_state(st.root(), id)?;
     let cwd = existing(&state.cwd);
     let secret_names: BTreeSet<String> = req.secrets.iter().map(|s| s.name.clone()).collect();

@@ -87,8 +87,9 @@ pub enum SaveError {
     Io(io::Error),
 }
 
-/// Prefix of the file a new state is written into before it is swapped in.
-const NEW_STATE_PREFIX: &str = ".state.json.";
+/// The file a new state is written into and then swapped with `state.json`: after the
+/// swap it holds the old state, and the next command's supervisor writes over it.
+const NEXT_STATE: &str = ".state.json.next";
 
 /// A state in place whose bytes are not yet known to be on disk (see [`Saved::sync`]).
 #[must_use = "sync it, or say why a kernel crash may lose it"]
@@ -105,21 +106,20 @@ impl Saved {
     }
 }
 
-/// Replaces the session's state atomically, without waiting for the disk. The new file
-/// is swapped with the old (`RENAME_EXCHANGE`), then the old one is removed: a plain
-/// rename over a file makes ext4 write the new file's data out first (`auto_da_alloc`),
-/// milliseconds on a busy disk, on the way to the command's final record. Where the
-/// file system cannot swap, a plain rename. A session removed meanwhile is not brought
-/// back: the new file is made inside its folder.
+/// Replaces the session's state atomically, without waiting for the disk, and without
+/// making or freeing an inode: the new state is written over the old scratch file (never
+/// truncated to nothing first) and the two names are swapped (`RENAME_EXCHANGE`). A rename
+/// over a file, or a truncation to zero, makes ext4 write the new data out first
+/// (`auto_da_alloc`: milliseconds on a busy disk, on the way to the command's final
+/// record), and a freed inode makes later allocations dearer on ext4 without a journal.
+/// Where the file system cannot swap, a plain rename. A session removed meanwhile is not
+/// brought back: the file is written inside its folder.
 pub fn save_state(
     root: &Path,
     id: &SessionId,
     state: &SessionState,
 ) -> std::result::Result<Saved, SaveError> {
-    use crate::os::files::{Rename, renameat2};
-    use std::io::Write;
-    use std::os::fd::AsFd;
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
     let data = to_json(state).map_err(SaveError::Io)?;
     if data.len() > MAX_STATE_BYTES {
         return Err(SaveError::TooLarge(data.len()));
@@ -130,51 +130,25 @@ pub fn save_state(
     };
     let folder = dir(root, id);
     let dirfd = File::open(&folder).map_err(gone)?;
-    let mut rnd = [0u8; 6];
-    crate::os::proc::random_bytes(&mut rnd).map_err(SaveError::Io)?;
-    let tmp = format!("{NEW_STATE_PREFIX}{}", crate::model::id::hex(&rnd));
-    let mut file = fs::OpenOptions::new()
+    let (next, cur) = (folder.join(NEXT_STATE), folder.join(SESSION_STATE));
+    let file = fs::OpenOptions::new()
         .write(true)
-        .create_new(true)
+        .create(true)
+        .truncate(false)
         .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC)
-        .open(folder.join(&tmp))
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(&next)
         .map_err(gone)?;
     let placed = (|| {
-        file.write_all(&data)?;
-        let t = std::ffi::CString::new(tmp.clone())?;
-        match renameat2(
-            dirfd.as_fd(),
-            &t,
-            dirfd.as_fd(),
-            c"state.json",
-            Rename::Exchange,
-        ) {
-            // The old state now has the temporary name.
-            Ok(()) => fs::remove_file(folder.join(&tmp)),
-            Err(_) => fs::rename(folder.join(&tmp), folder.join(SESSION_STATE)),
+        file.write_all_at(&data, 0)?;
+        file.set_len(data.len() as u64)?;
+        match crate::os::rename::exchange(&next, &cur) {
+            Ok(()) => Ok(()),
+            Err(_) => fs::rename(&next, &cur),
         }
     })();
-    if let Err(e) = placed {
-        let _ = fs::remove_file(folder.join(&tmp));
-        return Err(gone(e));
-    }
+    placed.map_err(gone)?;
     Ok(Saved { file, dir: dirfd })
-}
-
-/// Removes new-state files a supervisor that died left (none runs: the caller checked,
-/// holding the lock).
-pub fn sweep_unfinished(root: &Path, id: &SessionId) {
-    if let Ok(d) = fs::read_dir(dir(root, id)) {
-        for e in d.flatten() {
-            if e.file_name()
-                .to_string_lossy()
-                .starts_with(NEW_STATE_PREFIX)
-            {
-                let _ = fs::remove_file(e.path());
-            }
-        }
-    }
 }
 
 /// Takes the session's lock (its folder's flock), waiting a little for another holder.

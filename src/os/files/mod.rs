@@ -23,7 +23,6 @@ pub mod watch;
 
 pub use creds::as_user;
 pub use guard::{FinalLink, Forbidden, Guard, Id, Intent, Place, is_forbidden, resolve};
-pub use sys::{Rename, renameat2};
 pub use tree::{Smallest, page, remove};
 pub use upload::{WriteError, WriteOpts, write_atomic};
 

@@ -602,10 +602,12 @@ impl Engine {
                     .scanned
                     .get_mut(&ev_wd)
                     .is_some_and(|s| s.remove(&name));
+                // A name the scan reported was also watched and scanned by it (a folder,
+                // with all below it): following it again would report its files twice.
                 if !absorbed {
                     self.emit(inner, f.watch, Kind::Created, full.clone(), None, is_dir);
+                    self.follow_new(inner, guard, f.watch, &full, is_dir);
                 }
-                self.follow_new(inner, guard, f.watch, &full, is_dir);
             } else if m.contains(AddWatchFlags::IN_DELETE) {
                 if let Some(s) = inner.scanned.get_mut(&ev_wd) {
                     s.remove(&name);
