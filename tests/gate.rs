@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::util::http::{Conn, header};
 use crate::util::*;
 
 // ---------------------------------------------------------------- the dev server
@@ -221,39 +222,29 @@ impl Dev {
 
 /// A connection to the gate that sends exactly what the test writes.
 struct Raw {
-    r: BufReader<TcpStream>,
+    c: Client,
 }
 
-#[derive(Debug)]
-struct Got {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Got {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
+/// A response from the gate, read whole.
+type Got = Resp;
 
 impl Raw {
     fn open(port: u16) -> Raw {
-        let s = TcpStream::connect(("127.0.0.1", port)).expect("connect to the gate");
-        s.set_read_timeout(Some(LONG)).unwrap();
-        Raw {
-            r: BufReader::new(s),
+        let c = Client::connect(&format!("127.0.0.1:{port}"));
+        c.r.get_ref().set_timeout(LONG);
+        Raw { c }
+    }
+
+    /// A second handle on the socket, to write while another thread reads.
+    fn writer(&self) -> TcpStream {
+        match self.c.r.get_ref() {
+            Conn::Tcp(s) => s.try_clone().unwrap(),
+            Conn::Unix(_) => unreachable!("the gate listens on TCP"),
         }
     }
 
     fn send(&mut self, bytes: &[u8]) {
-        self.r.get_mut().write_all(bytes).expect("send to the gate");
+        self.c.write_raw(bytes).expect("send to the gate");
     }
 
     /// A GET (or `method`) with these extra header lines.
@@ -268,67 +259,34 @@ impl Raw {
     }
 
     fn head(&mut self) -> Option<(u16, Vec<(String, String)>)> {
-        let mut line = String::new();
-        if self.r.read_line(&mut line).ok()? == 0 {
-            return None;
-        }
-        let status = line.split(' ').nth(1)?.parse().ok()?;
-        let mut headers = Vec::new();
-        loop {
-            let mut h = String::new();
-            self.r.read_line(&mut h).ok()?;
-            let h = h.trim_end();
-            if h.is_empty() {
-                return Some((status, headers));
-            }
-            let (k, v) = h.split_once(':')?;
-            headers.push((k.trim().to_string(), v.trim().to_string()));
-        }
+        self.c.try_read_head()
     }
 
     fn chunk(&mut self) -> Option<Vec<u8>> {
-        let mut line = String::new();
-        if self.r.read_line(&mut line).ok()? == 0 {
-            return None;
-        }
-        let n = usize::from_str_radix(line.trim(), 16).ok()?;
-        if n == 0 {
-            let mut end = String::new();
-            self.r.read_line(&mut end).ok()?;
-            return None;
-        }
-        let mut data = vec![0; n + 2];
-        self.r.read_exact(&mut data).ok()?;
-        data.truncate(n);
-        Some(data)
+        self.c.read_chunk()
     }
 
     /// One response; `head_only` for a HEAD (no body whatever the headers say).
     fn response_to(&mut self, head_only: bool) -> Option<Got> {
         let (status, headers) = self.head()?;
-        let h = |n: &str| {
-            headers
-                .iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case(n))
-                .map(|(_, v)| v.clone())
-        };
         let mut body = Vec::new();
         if !(head_only || status < 200 || status == 204 || status == 304) {
-            if h("transfer-encoding").is_some() {
+            if header(&headers, "transfer-encoding").is_some() {
                 while let Some(c) = self.chunk() {
                     body.extend(c);
                 }
-            } else if let Some(n) = h("content-length") {
+            } else if let Some(n) = header(&headers, "content-length") {
                 body = vec![0; n.parse().unwrap()];
-                self.r.read_exact(&mut body).ok()?;
+                self.c.r.read_exact(&mut body).ok()?;
             } else {
-                self.r.read_to_end(&mut body).ok()?;
+                self.c.r.read_to_end(&mut body).ok()?;
             }
         }
         Some(Got {
             status,
             headers,
             body,
+            checked: None,
         })
     }
 
@@ -343,25 +301,7 @@ impl Raw {
 
     /// True once the gate closed the connection (EOF or a reset), within `within`.
     fn closed_within(&mut self, within: Duration) -> bool {
-        self.r.get_ref().set_read_timeout(Some(within)).unwrap();
-        let until = Instant::now() + within;
-        let mut buf = [0u8; 4096];
-        loop {
-            match self.r.read(&mut buf) {
-                Ok(0) => return true,
-                Ok(_) if Instant::now() < until => continue,
-                Ok(_) => return false,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    return false;
-                }
-                Err(_) => return true,
-            }
-        }
+        self.c.closed_within(within)
     }
 }
 
@@ -726,7 +666,7 @@ fn bodies_and_events_stream_both_ways() {
     let byte = |i: usize| ((i * 7) ^ (i >> 16)) as u8;
     let mut c = Raw::open(gate);
     c.send(format!("POST /echo HTTP/1.1\r\nHost: app.localhost\r\n{cookie}\r\nTransfer-Encoding: chunked\r\n\r\n").as_bytes());
-    let mut w = c.r.get_ref().try_clone().unwrap();
+    let mut w = c.writer();
     let writer = std::thread::spawn(move || {
         let mut sent = 0;
         while sent < TOTAL {
@@ -762,7 +702,7 @@ fn bodies_and_events_stream_both_ways() {
         )
         .as_bytes(),
     );
-    let mut w = c.r.get_ref().try_clone().unwrap();
+    let mut w = c.writer();
     let up = sized.clone();
     let writer = std::thread::spawn(move || w.write_all(&up).unwrap());
     let echoed = c.response();
@@ -826,7 +766,7 @@ fn upgrades_are_spliced_only_after_a_101() {
     assert_eq!(header(&headers, "upgrade"), Some("websocket"));
     c.send(b"\x81\x05hello");
     let mut echo = [0u8; 7];
-    c.r.read_exact(&mut echo).unwrap();
+    c.c.r.read_exact(&mut echo).unwrap();
     assert_eq!(&echo, b"\x81\x05hello");
     let seen = dev.got("/ws").join("").to_ascii_lowercase();
     assert!(seen.contains("get /ws?token=vite-own "), "{seen}");
@@ -1169,11 +1109,4 @@ fn mints_are_checked() {
         &json!({}),
     );
     assert_eq!(r.code(), "not_found");
-}
-
-fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    headers
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case(name))
-        .map(|(_, v)| v.as_str())
 }
