@@ -2,6 +2,7 @@
 root under `top`, answering once it has logged its address."""
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -44,3 +45,24 @@ def read_reply(sock, buf):
     while len(buf) < n:
         buf += sock.recv(65536)
     return status, buf[:n], buf[n:]
+
+
+def read_to_close(sock):
+    """Everything `sock` sends until the peer closes; then closes it."""
+    raw = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        raw += chunk
+    sock.close()
+    return raw
+
+
+def free_port():
+    """A loopback port free a moment ago (for a listener the script has another start)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
