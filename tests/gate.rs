@@ -361,6 +361,18 @@ fn previewed() -> (Dev, Server, u16, String) {
     (dev, s, gate, cookie)
 }
 
+/// A WebSocket upgrade through the gate with `cookie`, answered 101: the spliced connection.
+fn upgraded(gate: u16, cookie: &str) -> Raw {
+    let mut ws = Raw::open(gate);
+    ws.request(
+        "GET",
+        "/ws",
+        &[cookie, "Connection: Upgrade", "Upgrade: websocket"],
+    );
+    assert_eq!(ws.head().unwrap().0, 101);
+    ws
+}
+
 fn token(v: &Value) -> String {
     v["token"].as_str().unwrap().to_string()
 }
@@ -903,13 +915,7 @@ fn a_revoke_closes_open_websockets_and_long_responses_within_a_second() {
     let gate = free_port();
     let g = mint(&s, json!({"port": dev.port, "gatePort": gate}));
     let cookie = exchange(gate, &token(&g));
-    let mut ws = Raw::open(gate);
-    ws.request(
-        "GET",
-        "/ws",
-        &[&cookie, "Connection: Upgrade", "Upgrade: websocket"],
-    );
-    assert_eq!(ws.head().unwrap().0, 101);
+    let mut ws = upgraded(gate, &cookie);
     let mut long = Raw::open(gate);
     long.request("GET", "/long", &[&cookie]);
     assert_eq!(long.head().unwrap().0, 200);
@@ -961,13 +967,7 @@ fn the_cli_lists_and_revokes_and_a_running_serve_follows() {
         "{}",
         out.stdout
     );
-    let mut ws = Raw::open(gate);
-    ws.request(
-        "GET",
-        "/ws",
-        &[&cookie, "Connection: Upgrade", "Upgrade: websocket"],
-    );
-    assert_eq!(ws.head().unwrap().0, 101);
+    let mut ws = upgraded(gate, &cookie);
     let out = sb.run(&["previews", "revoke", &id(&g)]);
     assert!(out.success(), "{}", out.stderr);
     assert!(ws.closed_within(PROMPT));

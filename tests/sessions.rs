@@ -537,22 +537,17 @@ fn exec_and_a_bash_trace_fd_are_handled_and_a_retry_gets_the_same_command() {
     // The same key and request: the same job, not a second command nor a conflict.
     let body = json!({"command": "cd /; export N=$((N+1))", "waitSeconds": 30});
     let path = format!("/v1/sessions/{sid}/jobs");
-    let first = c
-        .send(
+    let mut keyed = || {
+        c.send(
             "POST",
             &path,
             &[("Idempotency-Key", "ses-retry-1")],
             Some(body.to_string().as_bytes()),
         )
-        .json();
-    let again = c
-        .send(
-            "POST",
-            &path,
-            &[("Idempotency-Key", "ses-retry-1")],
-            Some(body.to_string().as_bytes()),
-        )
-        .json();
+        .json()
+    };
+    let first = keyed();
+    let again = keyed();
     assert_eq!(first["id"], again["id"]);
     let other = c.send(
         "POST",
