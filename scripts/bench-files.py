@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Figures of file watches and archives on a live `serve` (a benchmark, never a test).
 
-  scripts/bench-files.py [BINARY] [--quick]
+  scripts/bench-files.py [BINARY] [--quick] [--burst-only]
 
 - watch latency: a long-poll waits on a watch, a file is made, and the time from just
   before the write to the answer is taken, N times: p50 and max;
@@ -12,8 +12,12 @@
 - memory: serve's resident set, sampled every 20 ms, while a 1 GiB archive goes out
   and comes back in.
 
+`--burst-only[=N]` runs the burst (N files, 20,000 unless told) five times and nothing
+else, with the watch reader thread's CPU time (to compare builds of the reader).
+
 BINARY defaults to target/release/gitterm-agent. Everything happens in a temporary
-folder, removed at the end.
+folder (TMPDIR: on a busy disk, TMPDIR=/dev/shm keeps the burst at the speed of the
+kernel, not of the disk's journal), removed at the end.
 """
 import http.client
 import json
@@ -105,31 +109,56 @@ def watch_latency(api, top, n):
     return statistics.median(lat), lat[-1]
 
 
+def thread_cpu(pid, name):
+    """CPU seconds (user + system) of the process's threads called `name`."""
+    total = 0
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{t}/stat") as f:
+                st = f.read()
+        except OSError:
+            continue
+        comm = st[st.index("(") + 1:st.rindex(")")]
+        if comm == name:
+            fields = st[st.rindex(")") + 2:].split()
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def burst(api, top, n):
     d = os.path.join(top, "burst")
     os.makedirs(d)
     w = api.call("POST", "/v1/files/watches", {"path": d, "recursive": True})
     names = "\n".join(f"b{i:06d}" for i in range(n)).encode()
     # One `touch` per few thousand names (xargs): files made at the speed of the system
-    # calls, not of a Python loop.
+    # calls, not of a Python loop. Read while they are made, as a client keeping up
+    # would (read only afterwards, a burst over the 10,000 events a watch keeps is a
+    # `limit` rescan, which says nothing of the kernel's queue).
     t0 = time.perf_counter()
-    subprocess.run(["xargs", "touch"], input=names, cwd=d, check=True)
-    made = time.perf_counter() - t0
-    cursor, seen, rescans = w["cursor"], 0, 0
+    maker = subprocess.Popen(["xargs", "touch"], stdin=subprocess.PIPE, cwd=d)
+    threading.Thread(target=lambda: maker.communicate(names), daemon=True).start()
+    cursor, seen, reasons = w["cursor"], 0, []
     last = f"b{n - 1:06d}"
+    made = None
     while True:
         page = api.call("GET", f"/v1/files/watches/{w['id']}/events?after={q(cursor)}"
-                               "&limit=1000&waitSeconds=5")
+                               "&limit=1000&waitSeconds=2")
+        if made is None and maker.poll() is not None:
+            made = time.perf_counter() - t0
         cursor = page["next"]
         seen += len(page["events"])
-        rescans += sum(1 for e in page["events"] if e["type"] == "rescan")
-        if any(e["path"].endswith(last) or e["type"] == "rescan" for e in page["events"][-1:]):
+        reasons += [e.get("reason") for e in page["events"] if e["type"] == "rescan"]
+        if any(e["path"].endswith(last) for e in page["events"]):
             break
-        if not page["events"]:
+        if not page["events"] and made is not None:
             break
     took = time.perf_counter() - t0
+    maker.wait()
+    if made is None:
+        made = took
     api.call("DELETE", f"/v1/files/watches/{w['id']}")
-    return made, took, seen, rescans
+    burst.reasons = reasons
+    return made, took, seen, len(reasons)
 
 
 def make_tree(top, files, size, big):
@@ -204,6 +233,17 @@ def main():
     try:
         p, addr, token = serve(os.path.abspath(exe), top)
         api = Api(addr, token)
+        only = [a for a in sys.argv if a.startswith("--burst-only")]
+        if only:
+            n = int(only[0].partition("=")[2] or 20000)
+            for i in range(5):
+                cpu0 = thread_cpu(p.pid, "fswatch")
+                made, took, seen, rescans = burst(api, os.path.join(top, f"r{i}"), n)
+                cpu = thread_cpu(p.pid, "fswatch") - cpu0
+                print(f"burst of {n} files: made in {made:.2f} s; after {took:.2f} s: "
+                      f"{seen} events, rescans {burst.reasons}; the reader thread's CPU "
+                      f"{cpu:.2f} s")
+            return
         idle = rss_kib(p.pid)
         print(f"serve idle: {idle / 1024:.1f} MiB resident")
         p50, mx = watch_latency(api, top, 50 if quick else 200)

@@ -551,3 +551,176 @@ fn packing_leaves_out_the_state_root_and_refuses_naming_what_the_job_user_cannot
     assert_eq!(code, 403, "{v}");
     assert!(!Path::new("/etc/gitterm-archive-test").exists());
 }
+
+/// Starts a chunked upload of `archive` into `target` and sends its first half (a slow
+/// client), leaving the connection open.
+fn half_sent(s: &Server, target: &Path, archive: &[u8]) -> crate::util::http::Client {
+    let mut c = s.client();
+    let head = format!(
+        "PUT /v1/files/archive?path={}&format=tar HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {}\r\nTransfer-Encoding: chunked\r\n\r\n",
+        p(target),
+        s.token
+    );
+    c.write_raw(head.as_bytes()).unwrap();
+    for chunk in archive[..archive.len() / 2].chunks(64 << 10) {
+        c.write_raw(format!("{:x}\r\n", chunk.len()).as_bytes())
+            .unwrap();
+        c.write_raw(chunk).unwrap();
+        c.write_raw(b"\r\n").unwrap();
+    }
+    c
+}
+
+/// A tar of a few files, 4 MiB in all (big enough that half of it has landed in staging).
+fn big_archive(s: &Server) -> Vec<u8> {
+    let src = s.dir().join("big-src");
+    std::fs::create_dir_all(src.join("d")).unwrap();
+    for i in 0..4 {
+        std::fs::write(
+            src.join(format!("d/{i}.bin")),
+            vec![b'a' + i as u8; 1 << 20],
+        )
+        .unwrap();
+    }
+    let file = s.dir().join("big.tar");
+    tool(&["pack", src.to_str().unwrap(), file.to_str().unwrap()]);
+    std::fs::read(&file).unwrap()
+}
+
+fn chown_to(u: &TestUser, p: &Path) {
+    std::os::unix::fs::chown(p, Some(u.uid), Some(u.gid)).unwrap();
+}
+
+#[test]
+fn a_server_killed_mid_unpack_leaves_no_staging_folder_after_its_next_start() {
+    let Some(u) = TestUser::create("unpk") else {
+        return;
+    };
+    let flags = ["--job-user", u.name.as_str()];
+    let mut s = Server::start(&flags);
+    let archive = big_archive(&s);
+    // An existing target (staging inside it) and a missing one (staging beside it).
+    let target = u.file("target");
+    std::fs::create_dir(&target).unwrap();
+    std::fs::write(target.join("a.txt"), b"before").unwrap();
+    // A folder with our kind of name that no unpack made: the job user's own, kept.
+    let decoy = target.join(".gitterm-unpack-0123456789abcdef");
+    std::fs::create_dir(&decoy).unwrap();
+    std::fs::write(decoy.join("mine"), b"keep").unwrap();
+    for p in [&target, &target.join("a.txt"), &decoy, &decoy.join("mine")] {
+        chown_to(&u, p);
+    }
+    let fresh = u.file("fresh");
+    let before = tree(&target);
+    let _c1 = half_sent(&s, &target, &archive);
+    let _c2 = half_sent(&s, &fresh, &archive);
+    let staged = |dir: &Path| {
+        staging_left(dir)
+            .into_iter()
+            .filter(|n| dir.join(n) != decoy)
+            .collect::<Vec<_>>()
+    };
+    crate::util::eventually(crate::util::PROMPT, "both unpacks to be staging", || {
+        let ours = staged(&target).len() + staged(&u.home).len();
+        (ours == 2).then_some(())
+    });
+    s.kill9();
+    assert_eq!(staged(&target).len(), 1, "the crash left nothing to sweep");
+    assert_eq!(staged(&u.home).len(), 1, "the crash left nothing to sweep");
+
+    let s2 = Server::start_in(std::sync::Arc::clone(&s.sb), "127.0.0.1:0", &flags);
+    assert!(staged(&target).is_empty(), "{:?}", staging_left(&target));
+    assert!(staged(&u.home).is_empty(), "{:?}", staging_left(&u.home));
+    assert!(!fresh.exists());
+    assert_eq!(tree(&target), before, "the target changed");
+    assert_eq!(std::fs::read(decoy.join("mine")).unwrap(), b"keep");
+    let journal = s2.home.join("unpacking");
+    assert_eq!(std::fs::read_dir(&journal).unwrap().count(), 0);
+    assert!(s2.log_text().contains("\"unpacks\":2"), "{}", s2.log_text());
+}
+
+#[test]
+fn a_staging_folder_swapped_for_a_symlink_after_a_crash_is_not_followed_by_the_sweep() {
+    let Some(u) = TestUser::create("unps") else {
+        return;
+    };
+    let flags = ["--job-user", u.name.as_str()];
+    let mut s = Server::start(&flags);
+    let archive = big_archive(&s);
+    let target = u.file("target");
+    std::fs::create_dir(&target).unwrap();
+    chown_to(&u, &target);
+    let _c = half_sent(&s, &target, &archive);
+    let name = crate::util::eventually(crate::util::PROMPT, "the unpack to be staging", || {
+        staging_left(&target).pop()
+    });
+    s.kill9();
+    // The job user, meanwhile, puts a symlink to a folder it wants emptied (here one of
+    // root's, which it may not touch anyway) and one to its own where the staging was.
+    let precious = s.dir().join("precious");
+    std::fs::create_dir(&precious).unwrap();
+    std::fs::write(precious.join("p.txt"), b"precious").unwrap();
+    let staging = target.join(&name);
+    std::fs::remove_dir_all(&staging).unwrap();
+    symlink(&precious, &staging).unwrap();
+    std::os::unix::fs::lchown(&staging, Some(u.uid), Some(u.gid)).unwrap();
+
+    let s2 = Server::start_in(std::sync::Arc::clone(&s.sb), "127.0.0.1:0", &flags);
+    assert_eq!(std::fs::read(precious.join("p.txt")).unwrap(), b"precious");
+    assert!(std::fs::symlink_metadata(&staging).unwrap().is_symlink());
+    // Looked at once, not again at every start.
+    assert_eq!(
+        std::fs::read_dir(s2.home.join("unpacking"))
+            .unwrap()
+            .count(),
+        0
+    );
+}
+
+#[test]
+fn an_unpack_that_fails_while_moving_into_place_puts_back_what_it_moved() {
+    let s = Server::start(&[]);
+    let target = s.dir().join("target");
+    for d in ["a", "m"] {
+        std::fs::create_dir_all(target.join(d)).unwrap();
+    }
+    std::fs::write(target.join("a/x.txt"), b"old x").unwrap();
+    // A mount point in the target: the renames that move an archive into place cannot
+    // cross it, and the merge only finds out after it moved what comes before ("a").
+    let mnt = target.join("m");
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(&mnt)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|st| st.success());
+    if !mounted {
+        crate::util::skip::skip_root("cannot mount a tmpfs here");
+        return;
+    }
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _u = Unmount(mnt.clone());
+    std::fs::write(mnt.join("kept.txt"), b"on the mount").unwrap();
+    let src = s.dir().join("src");
+    for d in ["a/new", "m"] {
+        std::fs::create_dir_all(src.join(d)).unwrap();
+    }
+    std::fs::write(src.join("a/x.txt"), b"new x").unwrap();
+    std::fs::write(src.join("a/y.txt"), b"new y").unwrap();
+    std::fs::write(src.join("a/new/z.txt"), b"new z").unwrap();
+    std::fs::write(src.join("m/w.txt"), b"new w").unwrap();
+    let file = s.dir().join("src.tar");
+    tool(&["pack", src.to_str().unwrap(), file.to_str().unwrap()]);
+    let before = without_dir_times(&tree(&target));
+    let (code, v) = put_archive(&s, &target, "tar", &file);
+    assert_eq!(code, 409, "{v}");
+    assert!(v.to_string().contains("mount point"), "{v}");
+    assert_eq!(without_dir_times(&tree(&target)), before, "{v}");
+    assert_eq!(std::fs::read(target.join("a/x.txt")).unwrap(), b"old x");
+    assert!(staging_left(&target).is_empty());
+}

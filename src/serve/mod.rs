@@ -148,10 +148,16 @@ pub fn serve_main(args: ServeArgs) -> Result<i32> {
     if !warnings.is_empty() {
         listening["warning"] = warnings.join("; ").into();
     }
+    // Before the first line, so that a client who saw it finds them gone (the journal
+    // names each one: no tree is walked).
+    let unpacks = handlers::archive::sweep_at_start(&cfg, store.root());
     log(listening);
     let swept = handlers::files::sweep_at_start(&cfg);
     if swept > 0 {
         log(serde_json::json!({"event": "swept", "uploads": swept}));
+    }
+    if unpacks > 0 {
+        log(serde_json::json!({"event": "swept", "unpacks": unpacks}));
     }
     start_housekeeping(
         store.clone(),

@@ -11,4 +11,5 @@ pub mod livesecrets;
 pub mod sandbox;
 pub mod sessions;
 pub mod store;
+pub mod unpacking;
 pub mod watches;

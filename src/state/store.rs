@@ -236,7 +236,7 @@ impl Store {
     /// Reads a record as stored, without any liveness check.
     pub fn read_raw(&self, id: &JobId) -> Result<JobRecord> {
         let dir = self.job_dir(id);
-        let bytes = match fs::read(dir.join(RECORD)) {
+        let bytes = match read_current(&dir.join(RECORD)) {
             Ok(b) => b,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(if dir.is_dir() {
@@ -404,5 +404,65 @@ pub fn live_usage(rec: &mut JobRecord) {
             crate::os::cgroup::live_usage(rec.cgroup.as_deref(), &rec.cgroups_v1, rec.id.as_str())
     {
         rec.usage = u;
+    }
+}
+
+/// The bytes of the file named `path`, as that name holds them once they are read. A
+/// record's file is never written in place while it is named `job.json`, but once an
+/// ended job's final record is exchanged in, the first record's file is recycled: emptied
+/// and, later, another job's final record. A reader that opened it just before the
+/// exchange could read it empty, or that other job's record; so the read counts only if
+/// the name still holds the file read, else it is read again.
+fn read_current(path: &Path) -> io::Result<Vec<u8>> {
+    use std::os::unix::fs::MetadataExt;
+    let mut last = Vec::new();
+    for _ in 0..8 {
+        let mut f = File::open(path)?;
+        let mut bytes = Vec::new();
+        f.read_to_end(&mut bytes)?;
+        let read = f.metadata()?;
+        let now = fs::metadata(path)?;
+        if now.ino() == read.ino() && now.dev() == read.dev() {
+            return Ok(bytes);
+        }
+        last = bytes;
+    }
+    // Replaced eight times while being read: the last read is as good as any.
+    Ok(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A name replaced again and again, each file it held emptied right after (as a
+    /// recycled record is): a reader never gets an empty or foreign file.
+    #[test]
+    fn a_read_is_of_the_file_the_name_holds_after_it() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("job.json");
+        fs::write(&path, b"first").unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (dir, path, stop) = (d.path().to_path_buf(), path.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let old = File::options().write(true).open(&path).unwrap();
+                    let tmp = dir.join("next");
+                    fs::write(&tmp, format!("record {n}")).unwrap();
+                    fs::rename(&tmp, &path).unwrap();
+                    // The file just replaced is emptied, as a recycled record is.
+                    old.set_len(0).unwrap();
+                    n += 1;
+                }
+            })
+        };
+        for _ in 0..20_000 {
+            let got = read_current(&path).unwrap();
+            assert!(!got.is_empty(), "read an emptied file");
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        writer.join().unwrap();
     }
 }

@@ -143,11 +143,20 @@ pub fn put(app: &App, call: &Call<'_>, body: &mut (dyn Read + Send)) -> Reply {
     let max_bytes = app.max_file_bytes;
     // Whether the body failed (the client's side), so the rest of it is not read.
     let mut broken = false;
+    // Made before the staging folder and held until it is gone, so that a start after a
+    // crash in between finds and removes it.
+    let entry = crate::state::unpacking::Entry::begin(app.store.root())
+        .map_err(|e| Error::io("noting the unpack in the state root", e))?;
+    let journal = entry.file();
     let done = run(app, |g, home| {
         let path = full_path(call.query.get("path"), "path", home)?;
         let p = fs::resolve(g, path.as_bytes(), FinalLink::Follow, Intent::Use)
             .map_err(|e| fs_error(e, &path))?;
-        let o = UnpackOpts { format, max_bytes };
+        let o = UnpackOpts {
+            format,
+            max_bytes,
+            journal: Some(journal),
+        };
         match archive::unpack(g, &p, &mut *body, &o) {
             Ok(n) => Ok(json!({"path": path, "entries": n.entries, "bytes": n.bytes})),
             Err(e) => Err(match e {
@@ -167,6 +176,7 @@ pub fn put(app: &App, call: &Call<'_>, body: &mut (dyn Read + Send)) -> Reply {
             }),
         }
     });
+    drop(entry);
     done.map_err(|e| {
         // A refused archive's rest is read (a little of it) so that the client, still
         // sending, gets the answer instead of a reset connection; beyond that the
@@ -198,4 +208,39 @@ fn drain(body: &mut (dyn Read + Send), max: u64) -> bool {
 /// decompression, and the entry count), not by its own size.
 pub fn max_body(_: &App) -> u64 {
     u64::MAX
+}
+
+/// Removes the staging folders that unpacks of a server which died meanwhile left (the
+/// journal under the state root names each one), as the job user, each only if it is
+/// really ours: our name, a folder, owned by the job user. Returns how many.
+pub fn sweep_at_start(cfg: &crate::model::spec::Config, root: &std::path::Path) -> usize {
+    let left = crate::state::unpacking::stale(root);
+    if left.is_empty() {
+        return 0;
+    }
+    let user = match cfg.job_user.as_deref() {
+        Some(name) => match crate::os::users::lookup(name) {
+            Ok(u) => Some((u.uid, u.gid, u.groups)),
+            Err(_) => return 0,
+        },
+        None => None,
+    };
+    let owner = user
+        .as_ref()
+        .map_or_else(|| nix::unistd::geteuid().as_raw(), |u| u.0);
+    let creds = user.as_ref().map(|(u, g, gs)| (*u, *g, gs.as_slice()));
+    let mut n = 0;
+    for s in left {
+        let removed = fs::as_user(creds, root, |g| {
+            archive::remove_left_staging(g, &s.staging, owner)
+        });
+        match removed {
+            Ok(Ok(true)) => n += 1,
+            Ok(Ok(false)) => {}
+            // Kept, to be tried again at the next start.
+            _ => continue,
+        }
+        s.done();
+    }
+    n
 }

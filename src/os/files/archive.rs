@@ -18,7 +18,7 @@ use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 use std::rc::Rc;
 
@@ -601,17 +601,61 @@ impl Drop for Staging<'_> {
 }
 
 /// The bounds of one unpack.
-pub struct UnpackOpts {
+pub struct UnpackOpts<'a> {
     pub format: Format,
     /// Most bytes of file content the archive may unpack to (`--max-file-bytes`).
     pub max_bytes: u64,
+    /// Where the staging folder's absolute path is written before it is made (the
+    /// server's journal of unpacks in progress), so a start after a crash can remove it.
+    pub journal: Option<&'a File>,
+}
+
+/// Writes the staging folder's absolute path (`holder`'s real path, then `name`) into
+/// `journal`, durably, before the folder exists.
+fn note_staging(journal: &File, holder: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let real = std::fs::read_link(format!("/proc/self/fd/{}", holder.as_raw_fd()))?;
+    let mut line = real.into_os_string().into_vec();
+    if !line.starts_with(b"/") || line.ends_with(b" (deleted)") {
+        return Err(Errno::ENOENT.into());
+    }
+    if !line.ends_with(b"/") {
+        line.push(b'/');
+    }
+    line.extend_from_slice(name.to_bytes());
+    let mut j = journal;
+    j.write_all(&line)?;
+    j.sync_data()
+}
+
+/// Removes the staging folder at `path` (absolute) that a server which died in the
+/// middle of an unpack left, if it really is one: one of our names, a folder (never
+/// followed if a symlink), owned by `owner`. False if there was nothing of ours there.
+pub fn remove_left_staging(guard: &Guard, path: &[u8], owner: u32) -> io::Result<bool> {
+    let name = path.rsplit(|&b| b == b'/').next().unwrap_or_default();
+    if !path.starts_with(b"/") || !is_staging_name(name) {
+        return Ok(false);
+    }
+    let p = match super::resolve(guard, path, super::FinalLink::Keep, Intent::MoveOrRemove) {
+        Ok(p) => p,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    match &p.st {
+        Some(st) if is_dir(st) && st.st_uid == owner => {}
+        _ => return Ok(false),
+    }
+    super::tree::remove(guard, &p, true)?;
+    super::sync_dir(p.dir.as_fd());
+    Ok(true)
 }
 
 /// Unpacks the archive read from `body` into the folder at `target` (created if
 /// missing; its parent must exist): everything is written into a staging folder first,
 /// each entry checked, and only a whole valid archive is moved into place, merged into
 /// an existing folder as `tar -x` does (a file replaces a file or symlink, a folder is
-/// merged into a folder). Any refusal leaves the target as it was.
+/// merged into a folder). Any refusal leaves the target as it was, and so does a failure
+/// while moving into place (the renames done are undone; see [`merge`]).
 pub fn unpack(
     guard: &Guard,
     target: &Place,
@@ -637,6 +681,9 @@ pub fn unpack(
     };
     if exists && id_of(&fstat(&holder)?) != target.st.as_ref().map(id_of).unwrap_or_default() {
         return Err(Errno::ESTALE.into());
+    }
+    if let Some(j) = o.journal {
+        note_staging(j, holder.as_fd(), &stage_name)?;
     }
     nix::sys::stat::mkdirat(
         &holder,
@@ -1169,53 +1216,142 @@ fn merge_check(
     Ok(())
 }
 
+/// One rename of a merge, as it is undone.
+enum Done {
+    /// Moved in where nothing was: moved back.
+    Moved(usize, CString),
+    /// Swapped with the target's file, whose old one is now staged: swapped back.
+    Swapped(usize, CString),
+}
+
 /// Moves the staged tree into the target (checked by [`merge_check`]): each entry with
-/// nothing there, and each file over a file, by one rename; folders merged.
+/// nothing there by one rename, each file over a file by an exchange (the old one lands
+/// in the staging folder, removed with it), folders merged. Should a rename fail (the
+/// target changed meanwhile, a mount point in it), every rename done is undone, in
+/// reverse, and the target is as it was; what could not be put back is named.
 fn merge(stage: BorrowedFd<'_>, target: BorrowedFd<'_>) -> Result<(), UnpackError> {
-    let mut stack = vec![pair(
-        stage.try_clone_to_owned()?,
-        target.try_clone_to_owned()?,
-        Vec::new(),
-    )?];
-    while let Some(p) = stack.last_mut() {
+    // The folders merged into, by their names below the top, and the renames done in
+    // them: what an undo needs (names, not descriptors: a tree may hold more folders
+    // than a process may hold open files).
+    let mut folders: Vec<Vec<Vec<u8>>> = vec![Vec::new()];
+    let mut done: Vec<Done> = Vec::new();
+    let r = merge_into(stage, target, &mut folders, &mut done);
+    let Err(e) = r else {
+        return Ok(());
+    };
+    let mut left = Vec::new();
+    for d in done.into_iter().rev() {
+        let (i, name, how) = match d {
+            Done::Moved(i, n) => (i, n, Rename::NoReplace),
+            Done::Swapped(i, n) => (i, n, Rename::Exchange),
+        };
+        let back = (|| -> Result<(), UnpackError> {
+            let s = open_parts(stage, &folders[i], None, "")?;
+            let t = open_parts(target, &folders[i], None, "")?;
+            Ok(sys::renameat2(t.as_fd(), &name, s.as_fd(), &name, how)?)
+        })();
+        if back.is_err() {
+            let mut rel = folders[i].join(&b'/');
+            rel = join(&rel, name.as_bytes());
+            left.push(shown(&rel));
+        }
+    }
+    if left.is_empty() {
+        return Err(e);
+    }
+    let more = if left.len() > 5 {
+        format!(" and {} more", left.len() - 5)
+    } else {
+        String::new()
+    };
+    left.truncate(5);
+    Err(UnpackError::Conflict(format!(
+        "moving the archive into place failed ({}), and these entries could not be put back \
+         (the target changed meanwhile): {}{more}; they hold the archive's version",
+        describe(&e),
+        left.join(", ")
+    )))
+}
+
+fn describe(e: &UnpackError) -> String {
+    match e {
+        UnpackError::Invalid(m)
+        | UnpackError::TooLarge(m)
+        | UnpackError::Forbidden(m)
+        | UnpackError::Conflict(m) => m.clone(),
+        UnpackError::Body(e) | UnpackError::Io(e) => e.to_string(),
+    }
+}
+
+fn merge_into(
+    stage: BorrowedFd<'_>,
+    target: BorrowedFd<'_>,
+    folders: &mut Vec<Vec<Vec<u8>>>,
+    done: &mut Vec<Done>,
+) -> Result<(), UnpackError> {
+    let mut stack = vec![(
+        pair(
+            stage.try_clone_to_owned()?,
+            target.try_clone_to_owned()?,
+            Vec::new(),
+        )?,
+        0usize,
+    )];
+    while let Some((p, at)) = stack.last_mut() {
+        let at = *at;
         let Some(name) = p.names.next() else {
             stack.pop();
             continue;
         };
+        let rel = || shown(&join(&p.rel, name.as_bytes()));
         let staged = fstatat(&p.stage, name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW)?;
         let there = match fstatat(&p.target, name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) => Some(st),
             Err(Errno::ENOENT) => None,
             Err(e) => return Err(e.into()),
         };
-        match there {
-            None => sys::renameat2(
-                p.stage.as_fd(),
-                &name,
-                p.target.as_fd(),
-                &name,
-                Rename::NoReplace,
-            )?,
-            Some(t) if !is_dir(&staged) && !is_dir(&t) => sys::renameat2(
-                p.stage.as_fd(),
-                &name,
-                p.target.as_fd(),
-                &name,
-                Rename::Replace,
-            )?,
-            Some(t) if is_dir(&staged) && is_dir(&t) => {
+        let how = match &there {
+            None => Rename::NoReplace,
+            Some(t) if !is_dir(&staged) && !is_dir(t) => Rename::Exchange,
+            Some(t) if is_dir(&staged) && is_dir(t) => {
                 let s = openat(&p.stage, name.as_c_str(), READ_DIR, Mode::empty())?;
                 let tt = openat(&p.target, name.as_c_str(), READ_DIR, Mode::empty())?;
-                let rel = join(&p.rel, name.as_bytes());
-                stack.push(pair(s, tt, rel)?);
+                let mut parts = folders[at].clone();
+                parts.push(name.as_bytes().to_vec());
+                folders.push(parts);
+                let child = pair(s, tt, join(&p.rel, name.as_bytes()))?;
+                stack.push((child, folders.len() - 1));
+                continue;
             }
             Some(_) => {
                 return Err(UnpackError::Conflict(format!(
                     "{:?} changed while the archive was moved into place; retry",
-                    shown(&join(&p.rel, name.as_bytes()))
+                    rel()
                 )));
             }
+        };
+        match sys::renameat2(p.stage.as_fd(), &name, p.target.as_fd(), &name, how) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+                return Err(UnpackError::Conflict(format!(
+                    "{:?} is on another file system than the target (a mount point in it): \
+                     an archive is moved into place by renames, which cannot cross one; \
+                     unpack into the mounted folder on its own; nothing was unpacked",
+                    shown(&p.rel)
+                )));
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                return Err(UnpackError::Conflict(format!(
+                    "{:?} appeared while the archive was moved into place; retry",
+                    rel()
+                )));
+            }
+            Err(e) => return Err(e.into()),
         }
+        done.push(match how {
+            Rename::Exchange => Done::Swapped(at, name),
+            _ => Done::Moved(at, name),
+        });
     }
     Ok(())
 }
