@@ -23,6 +23,9 @@ import threading
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchserve import read_to_close  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -136,13 +139,7 @@ def attacks(host, port, token):
     req = b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n"
     s = socket.create_connection(addr, timeout=5)
     s.sendall(req * 20 + b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-    data = b""
-    while True:
-        c = s.recv(65536)
-        if not c:
-            break
-        data += c
-    s.close()
+    data = read_to_close(s)
     check("21 pipelined requests answered", data.count(b"HTTP/1.1 200") == 21)
     # Garbage request line.
     resp = http(addr, b"\x00\x01\x02 garbage\r\n\r\n")

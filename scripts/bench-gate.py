@@ -30,7 +30,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchserve import serve  # noqa: E402
+from benchserve import free_port, read_to_close, serve  # noqa: E402
 
 BIG = 50 << 20
 BIG_BODY = bytes(range(256)) * (BIG // 256)
@@ -140,24 +140,10 @@ def api(addr, token, method, path, body=None):
     data = json.dumps(body).encode() if body is not None else b""
     c.sendall(b"%s %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n"
               b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (method.encode(), path.encode(), token.encode(), len(data), data))
-    raw = b""
-    while True:
-        chunk = c.recv(65536)
-        if not chunk:
-            break
-        raw += chunk
-    c.close()
+    raw = read_to_close(c)
     head, _, rest = raw.partition(b"\r\n\r\n")
     status = int(head.split(b" ")[1])
     return status, json.loads(rest) if rest.startswith(b"{") else rest
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def wait_listen(port):
@@ -181,13 +167,7 @@ def mint(addr, token, dev, gate, who=None):
     wait_listen(gate)
     s = socket.create_connection(("127.0.0.1", gate), timeout=10)
     s.sendall(b"GET /?preview_token=%s HTTP/1.1\r\nHost: app.localhost\r\nConnection: close\r\n\r\n" % g["token"].encode())
-    raw = b""
-    while True:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        raw += chunk
-    s.close()
+    raw = read_to_close(s)
     for line in raw.split(b"\r\n"):
         if line.lower().startswith(b"set-cookie:"):
             return g, b"Cookie: " + line.split(b":", 1)[1].strip().split(b";")[0] + b"\r\n"

@@ -22,7 +22,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchserve import serve  # noqa: E402
+from benchserve import read_reply, serve  # noqa: E402
 
 
 class Conn:
@@ -39,17 +39,7 @@ class Conn:
         if body is not None and not isinstance(body, bytes):
             head += "Content-Type: application/json\r\n"
         self.s.sendall(head.encode() + b"\r\n" + data)
-        while b"\r\n\r\n" not in self.buf:
-            self.buf += self.s.recv(65536)
-        h, self.buf = self.buf.split(b"\r\n\r\n", 1)
-        n = 0
-        for line in h.split(b"\r\n")[1:]:
-            k, _, v = line.partition(b":")
-            if k.strip().lower() == b"content-length":
-                n = int(v)
-        while len(self.buf) < n:
-            self.buf += self.s.recv(65536)
-        out, self.buf = self.buf[:n], self.buf[n:]
+        _, out, self.buf = read_reply(self.s, self.buf)
         return json.loads(out) if out else None
 
 

@@ -23,7 +23,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchserve import serve  # noqa: E402
+from benchserve import read_reply, serve  # noqa: E402
 
 
 class Conn:
@@ -38,18 +38,7 @@ class Conn:
         head = (f"{method} {path} HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer {self.token}\r\n"
                 f"Content-Length: {len(data)}\r\nContent-Type: application/json\r\n\r\n")
         self.s.sendall(head.encode() + data)
-        while b"\r\n\r\n" not in self.buf:
-            self.buf += self.s.recv(65536)
-        h, self.buf = self.buf.split(b"\r\n\r\n", 1)
-        status = int(h.split(b" ", 2)[1])
-        n = 0
-        for line in h.split(b"\r\n")[1:]:
-            k, _, v = line.partition(b":")
-            if k.strip().lower() == b"content-length":
-                n = int(v)
-        while len(self.buf) < n:
-            self.buf += self.s.recv(65536)
-        out, self.buf = self.buf[:n], self.buf[n:]
+        status, out, self.buf = read_reply(self.s, self.buf)
         v = json.loads(out) if out else None
         if status != 200:
             sys.exit(f"{method} {path}: {status} {v}")

@@ -2,6 +2,7 @@
 root under `top`, answering once it has logged its address."""
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -27,3 +28,41 @@ def serve(exe, top, *args):
     addr = json.loads(line)["address"]
     token = open(os.path.join(root, "agent.token")).read().strip()
     return p, addr, token
+
+
+def read_reply(sock, buf):
+    """Reads one response framed by Content-Length from `sock`, after what `buf` already
+    holds; returns (status, body bytes, what was read past it)."""
+    while b"\r\n\r\n" not in buf:
+        buf += sock.recv(65536)
+    h, buf = buf.split(b"\r\n\r\n", 1)
+    status = int(h.split(b" ", 2)[1])
+    n = 0
+    for line in h.split(b"\r\n")[1:]:
+        k, _, v = line.partition(b":")
+        if k.strip().lower() == b"content-length":
+            n = int(v)
+    while len(buf) < n:
+        buf += sock.recv(65536)
+    return status, buf[:n], buf[n:]
+
+
+def read_to_close(sock):
+    """Everything `sock` sends until the peer closes; then closes it."""
+    raw = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        raw += chunk
+    sock.close()
+    return raw
+
+
+def free_port():
+    """A loopback port free a moment ago (for a listener the script has another start)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p

@@ -19,7 +19,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import string
 import subprocess
 import sys
@@ -27,6 +26,9 @@ import tempfile
 import threading
 import time
 import http.client
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchserve import free_port  # noqa: E402
 
 failures = []
 lock = threading.Lock()
@@ -39,14 +41,6 @@ def fail(msg):
         failures.append(msg)
         if len(failures) <= 20:
             print("FAIL:", msg, flush=True)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 class Client:

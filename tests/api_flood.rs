@@ -134,32 +134,6 @@ impl Server {
     }
 }
 
-/// True once the peer closed `s` (EOF or reset) within `within`.
-fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
-    let deadline = Instant::now() + within;
-    let mut buf = [0u8; 4096];
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return false;
-        }
-        s.set_read_timeout(Some(left)).unwrap();
-        match s.read(&mut buf) {
-            Ok(0) => return true,
-            Ok(_) => continue,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                return false;
-            }
-            Err(_) => return true,
-        }
-    }
-}
-
 /// Health answers 200 within a second, and an authenticated listing 200; returns the
 /// health check's latency.
 fn still_served(s: &Server, when: &str) -> Duration {
@@ -202,9 +176,9 @@ fn silent_connections_do_not_shut_out_health_or_clients() {
 fn a_silent_connection_is_closed_after_the_header_timeout() {
     let s = Server::start(&["--header-timeout", "1"]);
     let t = Instant::now();
-    let mut c = TcpStream::connect(&s.addr).unwrap();
+    let mut c = util::http::Conn::Tcp(TcpStream::connect(&s.addr).unwrap());
     assert!(
-        closed_within(&mut c, Duration::from_secs(2)),
+        c.closed_within(Duration::from_secs(2)),
         "a connection that sent nothing was still open after {:?}",
         t.elapsed()
     );

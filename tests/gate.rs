@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::util::http::{Conn, header};
 use crate::util::*;
 
 // ---------------------------------------------------------------- the dev server
@@ -221,39 +222,29 @@ impl Dev {
 
 /// A connection to the gate that sends exactly what the test writes.
 struct Raw {
-    r: BufReader<TcpStream>,
+    c: Client,
 }
 
-#[derive(Debug)]
-struct Got {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Got {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
+/// A response from the gate, read whole.
+type Got = Resp;
 
 impl Raw {
     fn open(port: u16) -> Raw {
-        let s = TcpStream::connect(("127.0.0.1", port)).expect("connect to the gate");
-        s.set_read_timeout(Some(LONG)).unwrap();
-        Raw {
-            r: BufReader::new(s),
+        let c = Client::connect(&format!("127.0.0.1:{port}"));
+        c.r.get_ref().set_timeout(LONG);
+        Raw { c }
+    }
+
+    /// A second handle on the socket, to write while another thread reads.
+    fn writer(&self) -> TcpStream {
+        match self.c.r.get_ref() {
+            Conn::Tcp(s) => s.try_clone().unwrap(),
+            Conn::Unix(_) => unreachable!("the gate listens on TCP"),
         }
     }
 
     fn send(&mut self, bytes: &[u8]) {
-        self.r.get_mut().write_all(bytes).expect("send to the gate");
+        self.c.write_raw(bytes).expect("send to the gate");
     }
 
     /// A GET (or `method`) with these extra header lines.
@@ -268,67 +259,34 @@ impl Raw {
     }
 
     fn head(&mut self) -> Option<(u16, Vec<(String, String)>)> {
-        let mut line = String::new();
-        if self.r.read_line(&mut line).ok()? == 0 {
-            return None;
-        }
-        let status = line.split(' ').nth(1)?.parse().ok()?;
-        let mut headers = Vec::new();
-        loop {
-            let mut h = String::new();
-            self.r.read_line(&mut h).ok()?;
-            let h = h.trim_end();
-            if h.is_empty() {
-                return Some((status, headers));
-            }
-            let (k, v) = h.split_once(':')?;
-            headers.push((k.trim().to_string(), v.trim().to_string()));
-        }
+        self.c.try_read_head()
     }
 
     fn chunk(&mut self) -> Option<Vec<u8>> {
-        let mut line = String::new();
-        if self.r.read_line(&mut line).ok()? == 0 {
-            return None;
-        }
-        let n = usize::from_str_radix(line.trim(), 16).ok()?;
-        if n == 0 {
-            let mut end = String::new();
-            self.r.read_line(&mut end).ok()?;
-            return None;
-        }
-        let mut data = vec![0; n + 2];
-        self.r.read_exact(&mut data).ok()?;
-        data.truncate(n);
-        Some(data)
+        self.c.read_chunk()
     }
 
     /// One response; `head_only` for a HEAD (no body whatever the headers say).
     fn response_to(&mut self, head_only: bool) -> Option<Got> {
         let (status, headers) = self.head()?;
-        let h = |n: &str| {
-            headers
-                .iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case(n))
-                .map(|(_, v)| v.clone())
-        };
         let mut body = Vec::new();
         if !(head_only || status < 200 || status == 204 || status == 304) {
-            if h("transfer-encoding").is_some() {
+            if header(&headers, "transfer-encoding").is_some() {
                 while let Some(c) = self.chunk() {
                     body.extend(c);
                 }
-            } else if let Some(n) = h("content-length") {
+            } else if let Some(n) = header(&headers, "content-length") {
                 body = vec![0; n.parse().unwrap()];
-                self.r.read_exact(&mut body).ok()?;
+                self.c.r.read_exact(&mut body).ok()?;
             } else {
-                self.r.read_to_end(&mut body).ok()?;
+                self.c.r.read_to_end(&mut body).ok()?;
             }
         }
         Some(Got {
             status,
             headers,
             body,
+            checked: None,
         })
     }
 
@@ -343,25 +301,7 @@ impl Raw {
 
     /// True once the gate closed the connection (EOF or a reset), within `within`.
     fn closed_within(&mut self, within: Duration) -> bool {
-        self.r.get_ref().set_read_timeout(Some(within)).unwrap();
-        let until = Instant::now() + within;
-        let mut buf = [0u8; 4096];
-        loop {
-            match self.r.read(&mut buf) {
-                Ok(0) => return true,
-                Ok(_) if Instant::now() < until => continue,
-                Ok(_) => return false,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    return false;
-                }
-                Err(_) => return true,
-            }
-        }
+        self.c.closed_within(within)
     }
 }
 
@@ -406,6 +346,31 @@ fn exchange(gate: u16, token: &str) -> String {
     assert_eq!(got.status, 302, "{}", got.text());
     let set = got.header("set-cookie").expect("Set-Cookie");
     format!("Cookie: {}", set.split(';').next().unwrap())
+}
+
+/// A dev server, a server, a grant on a free gate port for it, and the `Cookie` line
+/// its exchanged token gives.
+fn previewed() -> (Dev, Server, u16, String) {
+    let dev = Dev::start();
+    let s = serve();
+    let gate = free_port();
+    let cookie = exchange(
+        gate,
+        &token(&mint(&s, json!({"port": dev.port, "gatePort": gate}))),
+    );
+    (dev, s, gate, cookie)
+}
+
+/// A WebSocket upgrade through the gate with `cookie`, answered 101: the spliced connection.
+fn upgraded(gate: u16, cookie: &str) -> Raw {
+    let mut ws = Raw::open(gate);
+    ws.request(
+        "GET",
+        "/ws",
+        &[cookie, "Connection: Upgrade", "Upgrade: websocket"],
+    );
+    assert_eq!(ws.head().unwrap().0, 101);
+    ws
 }
 
 fn token(v: &Value) -> String {
@@ -494,29 +459,19 @@ fn the_exchange_sets_a_host_only_cookie_and_the_dev_server_never_sees_a_credenti
     assert_eq!(fwd.status, 200, "{}", fwd.text());
     let seen = fwd.text().to_ascii_lowercase();
     assert!(seen.starts_with("get /headers?q=1 http/1.1\r\n"), "{seen}");
-    assert!(
-        seen.contains(&format!("\r\nhost: localhost:{}\r\n", dev.port)),
-        "{seen}"
-    );
-    assert!(
-        seen.contains("\r\ncookie: theme=dark; lang=en\r\n"),
-        "{seen}"
-    );
+    // Each of these header lines reached the dev server as written here.
+    for line in [
+        format!("host: localhost:{}", dev.port),
+        "cookie: theme=dark; lang=en".to_string(),
+        format!("origin: http://localhost:{}", dev.port),
+        "x-forwarded-host: app.localhost".to_string(),
+        "x-forwarded-proto: http".to_string(),
+        "x-forwarded-for: 203.0.113.9, 127.0.0.1".to_string(),
+    ] {
+        assert!(seen.contains(&format!("\r\n{line}\r\n")), "{line}: {seen}");
+    }
     assert!(!seen.contains("gitterm-preview"), "{seen}");
     assert!(!seen.contains("preview_token"), "{seen}");
-    assert!(
-        seen.contains(&format!("\r\norigin: http://localhost:{}\r\n", dev.port)),
-        "{seen}"
-    );
-    assert!(
-        seen.contains("\r\nx-forwarded-host: app.localhost\r\n"),
-        "{seen}"
-    );
-    assert!(seen.contains("\r\nx-forwarded-proto: http\r\n"), "{seen}");
-    assert!(
-        seen.contains("\r\nx-forwarded-for: 203.0.113.9, 127.0.0.1\r\n"),
-        "{seen}"
-    );
     for hop in ["x-hop", "keep-alive"] {
         assert!(
             !seen.contains(&format!("\r\n{hop}:")),
@@ -632,13 +587,7 @@ fn a_tampered_cookie_or_one_of_another_port_or_grant_is_refused() {
 
 #[test]
 fn a_page_of_another_origin_cannot_drive_the_preview() {
-    let dev = Dev::start();
-    let s = serve();
-    let gate = free_port();
-    let cookie = exchange(
-        gate,
-        &token(&mint(&s, json!({"port": dev.port, "gatePort": gate}))),
-    );
+    let (dev, _s, gate, cookie) = previewed();
     let mut c = Raw::open(gate);
     for (method, origin, want) in [
         ("POST", "https://evil.example", 403),
@@ -674,13 +623,7 @@ fn a_page_of_another_origin_cannot_drive_the_preview() {
 
 #[test]
 fn smuggling_both_ways_and_oversized_heads_are_refused() {
-    let dev = Dev::start();
-    let s = serve();
-    let gate = free_port();
-    let cookie = exchange(
-        gate,
-        &token(&mint(&s, json!({"port": dev.port, "gatePort": gate}))),
-    );
+    let (dev, _s, gate, cookie) = previewed();
     for framing in [
         "Content-Length: 5\r\nTransfer-Encoding: chunked",
         "Transfer-Encoding: chunked\r\nContent-Length: 5",
@@ -713,20 +656,14 @@ fn smuggling_both_ways_and_oversized_heads_are_refused() {
 
 #[test]
 fn bodies_and_events_stream_both_ways() {
-    let dev = Dev::start();
-    let s = serve();
-    let gate = free_port();
-    let cookie = exchange(
-        gate,
-        &token(&mint(&s, json!({"port": dev.port, "gatePort": gate}))),
-    );
+    let (dev, _s, gate, cookie) = previewed();
 
     // 50 MB up, chunked, echoed back as it arrives: exact, and no side waits for the other.
     const TOTAL: usize = 50 << 20;
     let byte = |i: usize| ((i * 7) ^ (i >> 16)) as u8;
     let mut c = Raw::open(gate);
     c.send(format!("POST /echo HTTP/1.1\r\nHost: app.localhost\r\n{cookie}\r\nTransfer-Encoding: chunked\r\n\r\n").as_bytes());
-    let mut w = c.r.get_ref().try_clone().unwrap();
+    let mut w = c.writer();
     let writer = std::thread::spawn(move || {
         let mut sent = 0;
         while sent < TOTAL {
@@ -762,7 +699,7 @@ fn bodies_and_events_stream_both_ways() {
         )
         .as_bytes(),
     );
-    let mut w = c.r.get_ref().try_clone().unwrap();
+    let mut w = c.writer();
     let up = sized.clone();
     let writer = std::thread::spawn(move || w.write_all(&up).unwrap());
     let echoed = c.response();
@@ -799,13 +736,7 @@ fn bodies_and_events_stream_both_ways() {
 
 #[test]
 fn upgrades_are_spliced_only_after_a_101() {
-    let dev = Dev::start();
-    let s = serve();
-    let gate = free_port();
-    let cookie = exchange(
-        gate,
-        &token(&mint(&s, json!({"port": dev.port, "gatePort": gate}))),
-    );
+    let (dev, _s, gate, cookie) = previewed();
     let up = |path: &str| {
         let mut c = Raw::open(gate);
         c.request(
@@ -826,7 +757,7 @@ fn upgrades_are_spliced_only_after_a_101() {
     assert_eq!(header(&headers, "upgrade"), Some("websocket"));
     c.send(b"\x81\x05hello");
     let mut echo = [0u8; 7];
-    c.r.read_exact(&mut echo).unwrap();
+    c.c.r.read_exact(&mut echo).unwrap();
     assert_eq!(&echo, b"\x81\x05hello");
     let seen = dev.got("/ws").join("").to_ascii_lowercase();
     assert!(seen.contains("get /ws?token=vite-own "), "{seen}");
@@ -984,13 +915,7 @@ fn a_revoke_closes_open_websockets_and_long_responses_within_a_second() {
     let gate = free_port();
     let g = mint(&s, json!({"port": dev.port, "gatePort": gate}));
     let cookie = exchange(gate, &token(&g));
-    let mut ws = Raw::open(gate);
-    ws.request(
-        "GET",
-        "/ws",
-        &[&cookie, "Connection: Upgrade", "Upgrade: websocket"],
-    );
-    assert_eq!(ws.head().unwrap().0, 101);
+    let mut ws = upgraded(gate, &cookie);
     let mut long = Raw::open(gate);
     long.request("GET", "/long", &[&cookie]);
     assert_eq!(long.head().unwrap().0, 200);
@@ -1042,13 +967,7 @@ fn the_cli_lists_and_revokes_and_a_running_serve_follows() {
         "{}",
         out.stdout
     );
-    let mut ws = Raw::open(gate);
-    ws.request(
-        "GET",
-        "/ws",
-        &[&cookie, "Connection: Upgrade", "Upgrade: websocket"],
-    );
-    assert_eq!(ws.head().unwrap().0, 101);
+    let mut ws = upgraded(gate, &cookie);
     let out = sb.run(&["previews", "revoke", &id(&g)]);
     assert!(out.success(), "{}", out.stderr);
     assert!(ws.closed_within(PROMPT));
@@ -1169,11 +1088,4 @@ fn mints_are_checked() {
         &json!({}),
     );
     assert_eq!(r.code(), "not_found");
-}
-
-fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    headers
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case(name))
-        .map(|(_, v)| v.as_str())
 }

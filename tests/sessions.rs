@@ -482,15 +482,9 @@ fn no_secret_value_becomes_session_state() {
 
 #[test]
 fn a_job_users_session_is_unreadable_to_that_user() {
-    let Some(u) = TestUser::create("session") else {
+    let Some((u, sb)) = user_and_sandbox("session") else {
         return;
     };
-    let sb = Arc::new(Sandbox::new());
-    std::fs::set_permissions(
-        sb.dir(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
     let s = Server::start_in(sb, "127.0.0.1:0", &["--job-user", &u.name]);
     let mut c = s.client();
     let sid = session(&mut c, json!({}));
@@ -543,22 +537,17 @@ fn exec_and_a_bash_trace_fd_are_handled_and_a_retry_gets_the_same_command() {
     // The same key and request: the same job, not a second command nor a conflict.
     let body = json!({"command": "cd /; export N=$((N+1))", "waitSeconds": 30});
     let path = format!("/v1/sessions/{sid}/jobs");
-    let first = c
-        .send(
+    let mut keyed = || {
+        c.send(
             "POST",
             &path,
             &[("Idempotency-Key", "ses-retry-1")],
             Some(body.to_string().as_bytes()),
         )
-        .json();
-    let again = c
-        .send(
-            "POST",
-            &path,
-            &[("Idempotency-Key", "ses-retry-1")],
-            Some(body.to_string().as_bytes()),
-        )
-        .json();
+        .json()
+    };
+    let first = keyed();
+    let again = keyed();
     assert_eq!(first["id"], again["id"]);
     let other = c.send(
         "POST",
@@ -572,15 +561,9 @@ fn exec_and_a_bash_trace_fd_are_handled_and_a_retry_gets_the_same_command() {
 
 #[test]
 fn the_scoped_token_keeps_to_its_own_user() {
-    let Some(u) = TestUser::create("sesscope") else {
+    let Some((u, sb)) = user_and_sandbox("sesscope") else {
         return;
     };
-    let sb = Arc::new(Sandbox::new());
-    std::fs::set_permissions(
-        sb.dir(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
     let scoped_file = sb.dir().join("scoped.token");
     write_mode(&scoped_file, "scoped-token-sessions-0123456789\n", 0o600);
     let s = Server::start_in(
@@ -606,4 +589,17 @@ fn the_scoped_token_keeps_to_its_own_user() {
     assert_eq!(output(&v), "ok\n");
     let v = run(&mut full, &theirs, "id -un");
     assert_eq!(output(&v), format!("{}\n", u.name));
+}
+
+/// A test user and a sandbox that user can enter (its folder 0755); `None` where no test
+/// user can be made.
+fn user_and_sandbox(name: &str) -> Option<(TestUser, Arc<Sandbox>)> {
+    let u = TestUser::create(name)?;
+    let sb = Arc::new(Sandbox::new());
+    std::fs::set_permissions(
+        sb.dir(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    Some((u, sb))
 }

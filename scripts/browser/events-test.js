@@ -24,15 +24,13 @@ const os = require('os');
 const path = require('path');
 const readline = require('readline');
 
-const binary = process.argv[2];
-if (!binary) {
-  console.error('usage: events-test.js BINARY');
-  process.exit(2);
-}
-const chromiumPath = process.env.CHROMIUM || '/usr/bin/chromium';
-const artifacts = process.env.ARTIFACTS || '/tmp/gitterm-browser-test';
+const lib = require('./lib');
+const { artifacts } = lib;
+
+const binary = lib.binaryArg('events-test.js');
+const { waitFor } = lib;
 const t0 = Date.now();
-const log = (msg) => console.log(`browser-test: events: [${((Date.now() - t0) / 1000).toFixed(2)}s] ${msg}`);
+const log = lib.logger('events: ');
 
 const work = fs.mkdtempSync(path.join(os.tmpdir(), 'gitterm-browser-'));
 const home = path.join(work, 'home');
@@ -48,30 +46,7 @@ function writeState() {
   fs.writeFileSync(process.env.STATE_FILE, `${f.join(' ')} ${work}\n`);
 }
 
-function api(method, route, body, headers = {}) {
-  return new Promise((resolve, reject) => {
-    const [host, port] = state.address.split(':');
-    const data = body === undefined ? null : Buffer.isBuffer(body) ? body : Buffer.from(JSON.stringify(body));
-    const h = { authorization: `Bearer ${state.token}`, ...headers };
-    if (data) {
-      h['content-type'] = h['content-type'] || 'application/json';
-      h['content-length'] = data.length;
-    }
-    const req = http.request({ host, port, method, path: route, headers: h, timeout: 30000 }, (res) => {
-      const chunks = [];
-      res.on('data', (c) => chunks.push(c));
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString();
-        let json = null;
-        try { json = JSON.parse(text); } catch (_) { /* not JSON */ }
-        resolve({ status: res.statusCode, headers: res.headers, json, text });
-      });
-    });
-    req.on('timeout', () => req.destroy(new Error(`${method} ${route}: timed out`)));
-    req.on('error', reject);
-    req.end(data);
-  });
-}
+const api = (method, route, body, headers = {}) => lib.api(state, method, route, body, headers);
 
 function pageServer() {
   const page = fs.readFileSync(path.join(__dirname, 'events.html'));
@@ -128,17 +103,6 @@ async function stopServe() {
   const t = setTimeout(() => child.kill('SIGKILL'), 10000);
   await gone;
   clearTimeout(t);
-}
-
-async function waitFor(what, fn, timeoutMs = 20000) {
-  const end = Date.now() + timeoutMs;
-  let last;
-  for (;;) {
-    last = await fn();
-    if (last) return last;
-    if (Date.now() > end) throw new Error(`timed out after ${timeoutMs / 1000} s waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
 }
 
 async function startJob(command, extra = {}) {
@@ -202,14 +166,9 @@ async function fail(e) {
   await Promise.race([cleanup(), new Promise((r) => setTimeout(r, 15000))]);
   process.exit(1);
 }
-for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
-  process.on(sig, () => fail(new Error(`interrupted (${sig})`)));
-}
-process.on('unhandledRejection', fail);
-const watchdog = setTimeout(() => fail(new Error('the whole test took over 180 s')), 180000);
+const watchdog = lib.failOnFatal(fail);
 
 async function main() {
-  const { chromium } = require('playwright-core');
   const pages = await pageServer();
   const origin = `http://127.0.0.1:${pages.address().port}`;
   const others = await pageServer();
@@ -220,14 +179,7 @@ async function main() {
   writeState();
   log(`serve listens on ${state.address}, allowing the page origin ${origin}`);
 
-  state.context = await chromium.launchPersistentContext(path.join(work, 'profile'), {
-    executablePath: chromiumPath,
-    headless: true,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-    viewport: { width: 900, height: 700 },
-    timeout: 30000,
-  });
+  state.context = await lib.launch(path.join(work, 'profile'), { width: 900, height: 700 });
   const page = state.context.pages()[0] || await state.context.newPage();
   page.setDefaultTimeout(20000);
   const pageErrors = [];

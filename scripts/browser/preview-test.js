@@ -26,16 +26,13 @@ const os = require('os');
 const path = require('path');
 const readline = require('readline');
 
-const binary = process.argv[2];
-if (!binary) {
-  console.error('usage: preview-test.js BINARY');
-  process.exit(2);
-}
-const chromiumPath = process.env.CHROMIUM || '/usr/bin/chromium';
+const lib = require('./lib');
+const { artifacts } = lib;
+
+const binary = lib.binaryArg('preview-test.js');
 const vite = process.env.VITE;
-const artifacts = process.env.ARTIFACTS || '/tmp/gitterm-browser-test';
-const t0 = Date.now();
-const log = (msg) => console.log(`browser-test: preview: [${((Date.now() - t0) / 1000).toFixed(2)}s] ${msg}`);
+const { waitFor } = lib;
+const log = lib.logger('preview: ');
 
 const work = fs.mkdtempSync(path.join(os.tmpdir(), 'gitterm-browser-'));
 const home = path.join(work, 'home');
@@ -53,30 +50,7 @@ function writeState() {
   fs.writeFileSync(process.env.STATE_FILE, `${pid || '-'} ${state.address || '-'} - ${pgid || '-'} ${work}\n`);
 }
 
-function api(method, route, body) {
-  return new Promise((resolve, reject) => {
-    const [host, port] = state.address.split(':');
-    const data = body === undefined ? null : Buffer.from(JSON.stringify(body));
-    const h = { authorization: `Bearer ${state.token}` };
-    if (data) {
-      h['content-type'] = 'application/json';
-      h['content-length'] = data.length;
-    }
-    const req = http.request({ host, port, method, path: route, headers: h, timeout: 30000 }, (res) => {
-      const chunks = [];
-      res.on('data', (c) => chunks.push(c));
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString();
-        let json = null;
-        try { json = JSON.parse(text); } catch (_) { /* not JSON */ }
-        resolve({ status: res.statusCode, json, text });
-      });
-    });
-    req.on('timeout', () => req.destroy(new Error(`${method} ${route}: timed out`)));
-    req.on('error', reject);
-    req.end(data);
-  });
-}
+const api = (method, route, body) => lib.api(state, method, route, body);
 
 function freePort() {
   return new Promise((resolve, reject) => {
@@ -115,16 +89,6 @@ function startServe() {
       if (first) reject(new Error(`serve exited (${code ?? sig}) before listening`));
     });
   });
-}
-
-async function waitFor(what, fn, timeoutMs = 20000) {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out after ${timeoutMs / 1000} s waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
 }
 
 function answers(port) {
@@ -168,15 +132,10 @@ async function fail(e) {
   await Promise.race([cleanup(), new Promise((r) => setTimeout(r, 15000))]);
   process.exit(1);
 }
-for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
-  process.on(sig, () => fail(new Error(`interrupted (${sig})`)));
-}
-process.on('unhandledRejection', fail);
-const watchdog = setTimeout(() => fail(new Error('the whole test took over 180 s')), 180000);
+const watchdog = lib.failOnFatal(fail);
 
 async function main() {
   if (!vite || !fs.existsSync(vite)) throw new Error(`no Vite at $VITE (${vite})`);
-  const { chromium } = require('playwright-core');
 
   // The app: a page, a module that renders another module's message, and HMR for it.
   fs.writeFileSync(path.join(app, 'index.html'),
@@ -216,14 +175,7 @@ async function main() {
     s.on('error', () => r(false));
   }));
 
-  state.context = await chromium.launchPersistentContext(path.join(work, 'profile'), {
-    executablePath: chromiumPath,
-    headless: true,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-    viewport: { width: 900, height: 500 },
-    timeout: 30000,
-  });
+  state.context = await lib.launch(path.join(work, 'profile'), { width: 900, height: 500 });
   // Every WebSocket the page opens, and when it closes (the page's clock is this one's).
   await state.context.addInitScript(() => {
     const Native = window.WebSocket;

@@ -15,15 +15,12 @@ const os = require('os');
 const path = require('path');
 const readline = require('readline');
 
-const binary = process.argv[2];
-if (!binary) {
-  console.error('usage: terminal-test.js BINARY');
-  process.exit(2);
-}
-const chromiumPath = process.env.CHROMIUM || '/usr/bin/chromium';
-const artifacts = process.env.ARTIFACTS || '/tmp/gitterm-browser-test';
+const lib = require('./lib');
+const { artifacts } = lib;
+
+const binary = lib.binaryArg('terminal-test.js');
 const t0 = Date.now();
-const log = (msg) => console.log(`browser-test: [${((Date.now() - t0) / 1000).toFixed(2)}s] ${msg}`);
+const log = lib.logger('');
 
 const work = fs.mkdtempSync(path.join(os.tmpdir(), 'gitterm-browser-'));
 const home = path.join(work, 'home');
@@ -38,30 +35,7 @@ function writeState() {
   fs.writeFileSync(process.env.STATE_FILE, `${f.join(' ')} ${work}\n`);
 }
 
-function api(method, route, body) {
-  return new Promise((resolve, reject) => {
-    const [host, port] = state.address.split(':');
-    const data = body === undefined ? null : Buffer.from(JSON.stringify(body));
-    const headers = { authorization: `Bearer ${state.token}` };
-    if (data) {
-      headers['content-type'] = 'application/json';
-      headers['content-length'] = data.length;
-    }
-    const req = http.request({ host, port, method, path: route, headers, timeout: 15000 }, (res) => {
-      const chunks = [];
-      res.on('data', (c) => chunks.push(c));
-      res.on('end', () => {
-        const text = Buffer.concat(chunks).toString();
-        let json = null;
-        try { json = JSON.parse(text); } catch (_) { /* not JSON */ }
-        resolve({ status: res.statusCode, json, text });
-      });
-    });
-    req.on('timeout', () => req.destroy(new Error(`${method} ${route}: timed out`)));
-    req.on('error', reject);
-    req.end(data);
-  });
-}
+const api = (method, route, body) => lib.api(state, method, route, body, {}, 15000);
 
 // A WebSocket handshake by hand: 101 when the server upgrades, else its status.
 function handshake(route, origin) {
@@ -156,16 +130,7 @@ function startServe(allowedOrigin) {
   });
 }
 
-async function waitFor(what, fn, timeoutMs = 15000) {
-  const end = Date.now() + timeoutMs;
-  let last;
-  for (;;) {
-    last = await fn();
-    if (last) return last;
-    if (Date.now() > end) throw new Error(`timed out after ${timeoutMs / 1000} s waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
+const waitFor = (what, fn, timeoutMs = 15000) => lib.waitFor(what, fn, timeoutMs);
 
 const lines = (page) => page.evaluate(() => {
   const b = window.term.buffer.active;
@@ -251,14 +216,9 @@ async function fail(e) {
   await Promise.race([cleanup(), new Promise((r) => setTimeout(r, 10000))]);
   process.exit(1);
 }
-for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
-  process.on(sig, () => fail(new Error(`interrupted (${sig})`)));
-}
-process.on('unhandledRejection', fail);
-const watchdog = setTimeout(() => fail(new Error('the whole test took over 180 s')), 180000);
+const watchdog = lib.failOnFatal(fail);
 
 async function main() {
-  const { chromium } = require('playwright-core');
   const page1 = await pageServer();
   const pagePort = page1.address().port;
   const origin = `http://127.0.0.1:${pagePort}`;
@@ -285,14 +245,7 @@ async function main() {
   log(`terminal job ${state.jobId} runs \`${shell}\``);
 
   const profile = path.join(work, 'profile');
-  state.context = await chromium.launchPersistentContext(profile, {
-    executablePath: chromiumPath,
-    headless: true,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-    viewport: { width: 800, height: 600 },
-    timeout: 30000,
-  });
+  state.context = await lib.launch(profile, { width: 800, height: 600 });
   const page = state.context.pages()[0] || await state.context.newPage();
   page.setDefaultTimeout(15000);
   const consoleErrors = [];

@@ -56,6 +56,16 @@ impl Upstream {
     }
 }
 
+/// Answers 502 (the dev server gave no usable answer) and ends the exchange there.
+fn bad_gateway(mut w: &TcpStream, msg: &str, head_only: bool) -> Forwarded {
+    let _ = w.write_all(&answer::text(502, msg, true, head_only));
+    Forwarded {
+        status: 502,
+        outcome: Outcome::Unavailable,
+        keep: false,
+    }
+}
+
 fn connect(port: u16) -> io::Result<Upstream> {
     let v4 = SocketAddr::from(([127, 0, 0, 1], port));
     let s = match TcpStream::connect_timeout(&v4, CONNECT_TIMEOUT) {
@@ -327,20 +337,14 @@ pub(super) fn forward(
                 Ok(Some(rh)) => rh,
                 Ok(None) | Err(_) => {
                     abandon(pump, w, &up);
-                    let _ = w.write_all(&answer::text(
-                        502,
+                    return bad_gateway(
+                        w,
                         &format!(
                             "PreviewUnavailable: the dev server on port {} closed the connection without an answer",
                             req.port
                         ),
-                        true,
                         head.method == "HEAD",
-                    ));
-                    return Forwarded {
-                        status: 502,
-                        outcome: Outcome::Unavailable,
-                        keep: false,
-                    };
+                    );
                 }
             };
             if (100..200).contains(&rh.status) && rh.status != 101 {
@@ -358,17 +362,11 @@ pub(super) fn forward(
         if rh.status == 101 {
             let Some(r) = splice_r.filter(|_| upgrade) else {
                 abandon(pump, w, &up);
-                let _ = w.write_all(&answer::text(
-                    502,
+                return bad_gateway(
+                    w,
                     "the dev server switched protocols where none was asked for\n",
-                    true,
                     false,
-                ));
-                return Forwarded {
-                    status: 502,
-                    outcome: Outcome::Unavailable,
-                    keep: false,
-                };
+                );
             };
             if w.write_all(&downstream_head(
                 head.minor,
@@ -391,17 +389,11 @@ pub(super) fn forward(
             Ok(b) => b,
             Err(e) => {
                 abandon(pump, w, &up);
-                let _ = w.write_all(&answer::text(
-                    502,
+                return bad_gateway(
+                    w,
                     &format!("the dev server's answer was malformed: {e}\n"),
-                    true,
                     false,
-                ));
-                return Forwarded {
-                    status: 502,
-                    outcome: Outcome::Unavailable,
-                    keep: false,
-                };
+                );
             }
         };
         let streams = matches!(body, ResponseBody::Chunked | ResponseBody::UntilClose);

@@ -6,6 +6,7 @@
 use std::io::{self, BufRead, Write};
 
 use super::body::parse_chunk_size;
+use super::lines::{LineFault, head_end, head_lines, header_line};
 
 /// Headers that belong to one connection, not to the message (RFC 9110 §7.6.1): never
 /// forwarded. `Connection` may name more.
@@ -107,27 +108,9 @@ pub fn read_response_head<R: BufRead>(r: &mut R, max: usize) -> io::Result<Optio
     }
 }
 
-fn head_end(buf: &[u8], from: usize) -> Option<usize> {
-    let mut i = from;
-    while let Some(p) = memchr::memchr(b'\n', &buf[i..]) {
-        let nl = i + p;
-        let rest = &buf[nl + 1..];
-        if rest.first() == Some(&b'\n') {
-            return Some(nl + 2);
-        }
-        if rest.starts_with(b"\r\n") {
-            return Some(nl + 3);
-        }
-        i = nl + 1;
-    }
-    None
-}
-
 /// Parses a response head (status line and header lines, each ended by LF or CRLF).
 pub fn parse_response_head(raw: &[u8]) -> io::Result<ResponseHead> {
-    let mut lines = raw
-        .split(|&b| b == b'\n')
-        .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
+    let mut lines = head_lines(raw);
     let line = String::from_utf8_lossy(lines.next().unwrap_or_default()).into_owned();
     let mut parts = line.splitn(3, ' ');
     let minor = match parts.next() {
@@ -152,20 +135,14 @@ pub fn parse_response_head(raw: &[u8]) -> io::Result<ResponseHead> {
         if l.is_empty() {
             break;
         }
-        if l[0] == b' ' || l[0] == b'\t' {
-            return Err(bad("folded header lines in a response"));
-        }
-        let colon = memchr::memchr(b':', l).ok_or_else(|| bad("a response header without ':'"))?;
-        let name = String::from_utf8_lossy(&l[..colon]).into_owned();
-        if name.is_empty() || name.bytes().any(|b| b <= b' ' || b == 0x7f) {
-            return Err(bad("a malformed response header name"));
-        }
-        let value = String::from_utf8_lossy(&l[colon + 1..])
-            .trim_matches([' ', '\t'])
-            .to_string();
-        if value.bytes().any(|b| b == 0 || b == b'\r' || b == b'\n') {
-            return Err(bad("a response header value holds a control character"));
-        }
+        let (name, value) = header_line(l, |b| b > b' ' && b != 0x7f).map_err(|f| {
+            bad(match f {
+                LineFault::Folded => "folded header lines in a response",
+                LineFault::NoColon => "a response header without ':'",
+                LineFault::BadName => "a malformed response header name",
+                LineFault::Control => "a response header value holds a control character",
+            })
+        })?;
         headers.push((name, value));
     }
     Ok(ResponseHead {

@@ -337,14 +337,8 @@ mod tests {
                 format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n")
             );
         }
-        let (file, _) = file_of(1000);
         let (s, reader) = pair();
-        let mut resp = Response::new(200, vec![], vec![]);
-        let body = Streamed::File {
-            file,
-            offset: 0,
-            len: 1000,
-        };
+        let (mut resp, body) = file_response(1000, 1000);
         write_streamed(&mut resp, body, 1, true, &s, T).unwrap();
         s.shutdown(std::net::Shutdown::Both);
         assert_eq!(
@@ -405,6 +399,17 @@ mod tests {
     }
 
     /// A file holding `n` bytes that differ from their neighbours.
+    /// A bare 200 and a file body of `n` bytes announced as `len`.
+    fn file_response(n: usize, len: u64) -> (Response, Streamed) {
+        let (file, _) = file_of(n);
+        let body = Streamed::File {
+            file,
+            offset: 0,
+            len,
+        };
+        (Response::new(200, vec![], vec![]), body)
+    }
+
     fn file_of(n: usize) -> (File, Vec<u8>) {
         let data: Vec<u8> = (0..n).map(|i| b'a' + (i % 23) as u8).collect();
         let mut f = tempfile::tempfile().unwrap();
@@ -438,14 +443,8 @@ mod tests {
 
     #[test]
     fn a_file_shorter_than_announced_is_an_error() {
-        let (file, _) = file_of(1000);
         let (s, reader) = pair();
-        let mut resp = Response::new(200, vec![], vec![]);
-        let body = Streamed::File {
-            file,
-            offset: 0,
-            len: 1001,
-        };
+        let (mut resp, body) = file_response(1000, 1001);
         let e = write_streamed(&mut resp, body, 1, false, &s, T).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
         s.shutdown(std::net::Shutdown::Both);

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use super::Fault;
 use super::Limits;
+use super::lines::{LineFault, head_end, head_lines, header_line};
 use super::net::{Stream, is_timeout};
 
 /// A parsed request head.
@@ -146,29 +147,10 @@ fn slow_head(limits: &Limits) -> Fault {
     ))
 }
 
-/// The index just past the blank line ending a head, searching from `from`.
-fn head_end(buf: &[u8], from: usize) -> Option<usize> {
-    let mut i = from;
-    while let Some(p) = memchr::memchr(b'\n', &buf[i..]) {
-        let nl = i + p;
-        let rest = &buf[nl + 1..];
-        if rest.first() == Some(&b'\n') {
-            return Some(nl + 2);
-        }
-        if rest.starts_with(b"\r\n") {
-            return Some(nl + 3);
-        }
-        i = nl + 1;
-    }
-    None
-}
-
 /// Parses a head (request line and header lines, each ended by LF or CRLF).
 pub fn parse_head(raw: &[u8], max_headers: usize) -> Result<Head, Fault> {
     let bad = |m: &str| Fault::Malformed(m.to_string());
-    let mut lines = raw
-        .split(|&b| b == b'\n')
-        .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
+    let mut lines = head_lines(raw);
     let line = lines.next().ok_or_else(|| bad("empty request"))?;
     let line = String::from_utf8_lossy(line);
     let mut parts = line.split(' ');
@@ -200,22 +182,16 @@ pub fn parse_head(raw: &[u8], max_headers: usize) -> Result<Head, Fault> {
         if l.is_empty() {
             break;
         }
-        if l[0] == b' ' || l[0] == b'\t' {
-            return Err(bad("folded header lines are not supported"));
-        }
-        let colon = memchr::memchr(b':', l).ok_or_else(|| bad("a header line without ':'"))?;
-        let name = &l[..colon];
         // No whitespace before the colon: proxies disagree on such names (RFC 9112 §5.1).
-        if name.is_empty() || !name.iter().copied().all(is_tchar) {
-            return Err(bad("malformed header name"));
-        }
-        let value = String::from_utf8_lossy(&l[colon + 1..])
-            .trim_matches([' ', '\t'])
-            .to_string();
-        if value.bytes().any(|b| b == 0 || b == b'\r') {
-            return Err(bad("a header value holds a control character"));
-        }
-        headers.push((String::from_utf8_lossy(name).into_owned(), value));
+        let line = header_line(l, is_tchar).map_err(|f| {
+            bad(match f {
+                LineFault::Folded => "folded header lines are not supported",
+                LineFault::NoColon => "a header line without ':'",
+                LineFault::BadName => "malformed header name",
+                LineFault::Control => "a header value holds a control character",
+            })
+        })?;
+        headers.push(line);
         if headers.len() > max_headers {
             return Err(Fault::TooLarge(format!(
                 "more than {max_headers} header lines"

@@ -21,6 +21,7 @@ pub mod client;
 mod conn;
 mod encode;
 mod head;
+mod lines;
 mod net;
 
 use std::fs::File;

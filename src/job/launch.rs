@@ -179,7 +179,7 @@ fn validate(req: &StartRequest, cfg: &Config) -> Result<Resolved> {
 }
 
 /// A redactor for the request's secrets, in every form output masks them.
-fn secrets_finder(req: &StartRequest) -> Redactor {
+pub(super) fn secrets_finder(req: &StartRequest) -> Redactor {
     let values: Vec<&[u8]> = req
         .secrets
         .iter()

@@ -261,14 +261,7 @@ pub fn start(
 /// Refuses an `Idempotency-Key` that spells one of the command's secrets (it is stored in
 /// the clear), in any spelling output masks.
 fn refuse_secret_key(req: &StartRequest, key: &str) -> Result<()> {
-    let values: Vec<&[u8]> = req
-        .secrets
-        .iter()
-        .map(|s| s.value.expose().as_bytes())
-        .collect();
-    let forms = crate::text::pipeline::masked_forms(&values);
-    let finder =
-        crate::text::redact::Redactor::new(&forms.iter().map(Vec::as_slice).collect::<Vec<_>>());
+    let finder = launch::secrets_finder(req);
     if finder.finds(key.as_bytes()) {
         return Err(Error::Invalid(
             "Idempotency-Key holds a secret's value (as given or encoded); it would be stored \

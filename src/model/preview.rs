@@ -71,14 +71,14 @@ pub fn token_hash(token: &str) -> String {
 /// Compares two byte strings in time that depends on their lengths only, not on where
 /// they differ.
 pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let mut diff = 0u8;
-    for (x, y) in a.iter().zip(b) {
+    // Lengths are public (a token's length is no secret); the bytes are compared in full.
+    let mut diff = u8::from(a.len() != b.len());
+    for i in 0..a.len().max(b.len()) {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0);
         diff |= x ^ y;
     }
-    // The branch depends on the result alone, which the caller branches on anyway.
+    // Keeps the optimizer from turning the loop into an early exit.
     std::hint::black_box(diff) == 0
 }
 
@@ -254,6 +254,18 @@ mod tests {
 
     const KEY: &[u8] = b"0123456789abcdef0123456789abcdef";
     const ID: &str = "pv_abcdefghijklmnopqrstuvwxyz";
+
+    #[test]
+    fn constant_time_compare_is_equality() {
+        assert!(ct_eq(b"", b""));
+        assert!(ct_eq(b"abc", b"abc"));
+        assert!(!ct_eq(b"abc", b"abd"));
+        assert!(!ct_eq(b"abc", b"ab"));
+        assert!(!ct_eq(b"ab", b"abc"));
+        assert!(!ct_eq(b"", b"a"));
+        // Lengths that differ by a multiple of 256 must not wrap to "equal".
+        assert!(!ct_eq(&[0u8; 256], b""));
+    }
 
     #[test]
     fn ids_are_pv_and_26_base32() {

@@ -10,9 +10,8 @@
 //! token may not change or remove what the full token set, which those jobs do get.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -219,13 +218,7 @@ impl EnvStore {
 
     fn lock(&self) -> Result<File> {
         let path = self.root.join(LOCK);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&path)
+        let file = crate::state::fsutil::open_lock_file(&path)
             .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
         file.lock()
             .map_err(|e| Error::io(format!("locking {}", path.display()), e))?;

@@ -162,18 +162,7 @@ impl Journal {
 
     /// The segments' starting offsets, oldest first.
     fn segments(&self) -> Vec<u64> {
-        let mut v: Vec<u64> = fs::read_dir(&self.dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| {
-                let n = e.file_name();
-                let n = n.to_str()?.strip_suffix(".log")?;
-                (n.len() == 20).then(|| n.parse().ok()).flatten()
-            })
-            .collect();
-        v.sort_unstable();
-        v
+        segment_bases(&self.dir)
     }
 
     fn path(&self, base: u64) -> PathBuf {
@@ -396,6 +385,23 @@ impl Journal {
 /// reported (the record, which is the truth, is already in place).
 pub fn record(root: &Path, kind: &str, rec: &JobRecord) {
     let _ = Journal::open(root).append(&Event::of(kind, rec));
+}
+
+/// The starting offsets of the segments (`<20 digits>.log`) in `dir`, oldest first: the
+/// layout the job journal and each watch's journal share.
+pub(super) fn segment_bases(dir: &Path) -> Vec<u64> {
+    let mut v: Vec<u64> = fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let n = e.file_name();
+            let n = n.to_str()?.strip_suffix(".log")?;
+            (n.len() == 20).then(|| n.parse().ok()).flatten()
+        })
+        .collect();
+    v.sort_unstable();
+    v
 }
 
 #[cfg(test)]

@@ -29,6 +29,17 @@ pub fn ensure_private_dir(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Opens (creating, mode 0600, never truncating) the file a store takes its lock on.
+pub fn open_lock_file(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+}
+
 /// Replaces `path` atomically: write a temp file beside it, fsync, rename, fsync the folder.
 /// A crash at any instant leaves either the old or the new content.
 pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {

@@ -65,18 +65,10 @@ fn seg_name(base: u64) -> String {
 
 impl Log {
     fn open(dir: &Path) -> Log {
-        let mut segs: Vec<(u64, usize)> = fs::read_dir(dir)
+        let mut segs: Vec<(u64, usize)> = super::events::segment_bases(dir)
             .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| {
-                let n = e.file_name();
-                let n = n.to_str()?.strip_suffix(".log")?;
-                (n.len() == 20).then(|| n.parse().ok()).flatten()
-            })
             .map(|b| (b, 0))
             .collect();
-        segs.sort_unstable();
         for s in segs.iter_mut() {
             s.1 = fs::read(dir.join(seg_name(s.0)))
                 .map(|d| d.iter().filter(|&&c| c == b'\n').count())

@@ -5,7 +5,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -81,6 +81,35 @@ impl Conn {
             Conn::Unix(s) => {
                 s.set_read_timeout(Some(d)).unwrap();
                 s.set_write_timeout(Some(d)).unwrap();
+            }
+        }
+    }
+}
+
+impl Conn {
+    /// True once the peer closed (EOF or a reset) within `within`; what it sends first (say,
+    /// a 408) is read past, each read bounded by the time left.
+    pub fn closed_within(&mut self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        let mut buf = [0u8; 4096];
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            self.set_timeout(left);
+            match self.read(&mut buf) {
+                Ok(0) => return true,
+                Ok(_) => continue,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return false;
+                }
+                Err(_) => return true,
             }
         }
     }
@@ -209,7 +238,7 @@ impl Client {
 
     /// Reads a status line and the headers, leaving the body to be read; `None` if the
     /// connection closed first or what came is not a response head.
-    fn try_read_head(&mut self) -> Option<(u16, Vec<(String, String)>)> {
+    pub fn try_read_head(&mut self) -> Option<(u16, Vec<(String, String)>)> {
         let mut line = String::new();
         if self.r.read_line(&mut line).ok()? == 0 {
             return None;
@@ -287,22 +316,6 @@ impl Client {
 
     /// True once the server closed the connection (reads EOF or a reset), within `within`.
     pub fn closed_within(&mut self, within: Duration) -> bool {
-        self.r.get_ref().set_timeout(within);
-        let mut buf = [0u8; 4096];
-        loop {
-            match self.r.read(&mut buf) {
-                Ok(0) => return true,
-                Ok(_) => continue, // e.g. a 408 before the close
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    return false;
-                }
-                Err(_) => return true,
-            }
-        }
+        self.r.get_mut().closed_within(within)
     }
 }

@@ -8,24 +8,17 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::sse::{self, Step};
 use super::{Answer, Call, Reply};
 use crate::api::answer::json_response;
 use crate::api::app::App;
 use crate::api::request;
-use crate::http::{Response, Streamed};
 use crate::model::error::{Error, Result};
 use crate::state::events::Journal;
 
 /// Events in one answer, by default and at most.
 const DEFAULT_LIMIT: u64 = 100;
 const MAX_LIMIT: u64 = 1000;
-/// A comment line this often keeps a quiet stream (and its proxies) alive, and finds out
-/// a client that is gone.
-const HEARTBEAT: Duration = Duration::from_secs(15);
-/// A stream ends after this long; the client reconnects with `Last-Event-ID`.
-const MAX_STREAM: Duration = Duration::from_secs(3600);
-/// The reconnection delay suggested to clients, in milliseconds.
-const RETRY_MS: u64 = 1000;
 
 /// Where to read from: after the cursor given, else from the oldest event kept.
 fn from(journal: &Journal, after: Option<&str>) -> Result<u64> {
@@ -101,7 +94,7 @@ pub fn ticket(app: &App, call: &Call<'_>) -> Reply {
 }
 
 /// The stream: `retry:`, then each event as `id: CURSOR`, `event: TYPE`, `data: JSON`,
-/// and a comment every [`HEARTBEAT`] when nothing happens. `Last-Event-ID` (else
+/// and a comment every [`sse::HEARTBEAT`] when nothing happens. `Last-Event-ID` (else
 /// `after`) says where to resume.
 fn stream(app: &App, call: &Call<'_>) -> Answer {
     let journal = app.feed.journal.clone();
@@ -112,75 +105,50 @@ fn stream(app: &App, call: &Call<'_>) -> Answer {
         .or_else(|| call.query.get("after"));
     let start = from(&journal, resume)?;
     let slot = app.wait_slot("read the events as a long-poll with waitSeconds")?;
-    let source = Sse {
-        _slot: slot,
+    let feed = JournalFeed {
         feed: std::sync::Arc::clone(&app.feed),
-        hub: std::sync::Arc::clone(&app.hub),
         journal,
         job,
         at: start,
     };
-    let mut resp = Response::new(
-        200,
-        vec![
-            ("Content-Type", "text/event-stream".into()),
-            ("Cache-Control", "no-store".into()),
-        ],
-        Vec::new(),
-    );
-    resp.stream = Some(Streamed::Chunks(Box::new(source)));
-    Ok(resp)
+    Ok(sse::response(slot, std::sync::Arc::clone(&app.hub), feed))
 }
 
-/// The event stream's source: holds its place among the waiting requests while it runs.
-struct Sse {
-    _slot: crate::api::app::WaitSlot,
+/// The job events a stream reads, from its own place in the journal.
+struct JournalFeed {
     feed: std::sync::Arc<crate::api::journal::Feed>,
-    hub: std::sync::Arc<crate::api::waits::Hub>,
     journal: crate::state::events::Journal,
     job: Option<String>,
     at: u64,
 }
 
-impl crate::http::Source for Sse {
-    fn send(&mut self, out: &mut crate::http::BodyOut<'_>) -> std::io::Result<()> {
-        let began = Instant::now();
-        let mut beat = Instant::now();
-        out.bytes(format!("retry: {RETRY_MS}\n\n").as_bytes())?;
-        while !self.hub.stopping() && began.elapsed() < MAX_STREAM && !out.hung_up() {
-            let seen = self.feed.seq();
-            let page = match self.journal.read(self.at, 100, self.job.as_deref()) {
-                Ok(p) => p,
-                Err(e) => {
-                    return out
-                        .bytes(format!("event: error\ndata: {}\n\n", e.to_json()).as_bytes());
-                }
-            };
-            self.at = page.next;
-            if !page.events.is_empty() {
-                let mut text = String::new();
-                for e in &page.events {
-                    text.push_str(&format!(
-                        "id: {}\nevent: {}\ndata: {}\n\n",
-                        e.cursor,
-                        e.event.kind,
-                        e.to_json()
-                    ));
-                }
-                out.bytes(text.as_bytes())?;
-                beat = Instant::now();
-                continue;
-            }
-            if beat.elapsed() >= HEARTBEAT {
-                out.bytes(b": heartbeat\n\n")?;
-                beat = Instant::now();
-            }
-            // Short waits, so a client that hung up is noticed.
-            self.feed.wait(
-                seen,
-                (beat + HEARTBEAT).min(Instant::now() + Duration::from_secs(1)),
-            );
+impl sse::Feed for JournalFeed {
+    fn seq(&self) -> u64 {
+        self.feed.seq()
+    }
+
+    fn next(&mut self) -> Step {
+        let page = match self.journal.read(self.at, 100, self.job.as_deref()) {
+            Ok(p) => p,
+            Err(e) => return Step::End(e.to_json()),
+        };
+        self.at = page.next;
+        if page.events.is_empty() {
+            return Step::Idle;
         }
-        Ok(())
+        let mut text = String::new();
+        for e in &page.events {
+            text.push_str(&format!(
+                "id: {}\nevent: {}\ndata: {}\n\n",
+                e.cursor,
+                e.event.kind,
+                e.to_json()
+            ));
+        }
+        Step::Frames(text)
+    }
+
+    fn wait(&self, seen: u64, deadline: Instant) {
+        self.feed.wait(seen, deadline);
     }
 }

@@ -20,6 +20,7 @@ pub mod pty;
 pub mod sandbox;
 pub mod sessions;
 pub mod signal;
+pub mod sse;
 pub mod watches;
 
 use std::io::Read;

@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::files::{fs_error, full_path, run, who};
+use super::sse::{self, Step};
 use super::{Answer, Call, Reply};
 use crate::api::answer::json_response;
 use crate::api::app::App;
 use crate::api::request;
-use crate::http::{Response, Streamed};
 use crate::model::error::{Error, Result};
 use crate::os::files::watch::AddError;
 use crate::os::files::{self as fs, FinalLink, Intent};
@@ -19,8 +19,6 @@ use crate::state::watches::{Watches, valid_id};
 
 const DEFAULT_LIMIT: u64 = 100;
 const MAX_LIMIT: u64 = 1000;
-const HEARTBEAT: Duration = Duration::from_secs(15);
-const MAX_STREAM: Duration = Duration::from_secs(3600);
 
 fn watch_id<'a>(call: &Call<'a>) -> Result<&'a str> {
     call.id
@@ -138,75 +136,53 @@ fn stream(app: &App, call: &Call<'_>, id: String) -> Answer {
     let first = app.watches.page(&id, resume.as_deref(), 1)?;
     drop(first);
     let slot = app.wait_slot("read the watch's events as a long-poll with waitSeconds")?;
-    let source = Sse {
-        _slot: slot,
+    let feed = WatchFeed {
         watches: std::sync::Arc::clone(&app.watches),
-        hub: std::sync::Arc::clone(&app.hub),
         id,
         at: resume,
     };
-    let mut resp = Response::new(
-        200,
-        vec![
-            ("Content-Type", "text/event-stream".into()),
-            ("Cache-Control", "no-store".into()),
-        ],
-        Vec::new(),
-    );
-    resp.stream = Some(Streamed::Chunks(Box::new(source)));
-    Ok(resp)
+    Ok(sse::response(slot, std::sync::Arc::clone(&app.hub), feed))
 }
 
-struct Sse {
-    _slot: crate::api::app::WaitSlot,
+/// The changes a stream reads, from its own place in one watch's journal.
+struct WatchFeed {
     watches: std::sync::Arc<Watches>,
-    hub: std::sync::Arc<crate::api::waits::Hub>,
     id: String,
     at: Option<String>,
 }
 
-impl crate::http::Source for Sse {
-    fn send(&mut self, out: &mut crate::http::BodyOut<'_>) -> std::io::Result<()> {
-        let began = Instant::now();
-        let mut beat = Instant::now();
-        out.bytes(b"retry: 1000\n\n")?;
-        while !self.hub.stopping() && began.elapsed() < MAX_STREAM && !out.hung_up() {
-            let seen = self.watches.seq();
-            let page = match self.watches.page(&self.id, self.at.as_deref(), 100) {
-                Ok(p) => p,
-                Err(e) => {
-                    return out
-                        .bytes(format!("event: error\ndata: {}\n\n", e.to_json()).as_bytes());
-                }
-            };
-            self.at = Some(page.next.clone());
-            if !page.events.is_empty() {
-                let mut text = String::new();
-                for e in &page.events {
-                    text.push_str(&format!(
-                        "id: {}\nevent: {}\ndata: {e}\n\n",
-                        e["cursor"].as_str().unwrap_or_default(),
-                        e["type"].as_str().unwrap_or_default(),
-                    ));
-                }
-                out.bytes(text.as_bytes())?;
-                beat = Instant::now();
-                continue;
+impl sse::Feed for WatchFeed {
+    fn seq(&self) -> u64 {
+        self.watches.seq()
+    }
+
+    fn next(&mut self) -> Step {
+        let page = match self.watches.page(&self.id, self.at.as_deref(), 100) {
+            Ok(p) => p,
+            Err(e) => return Step::End(e.to_json()),
+        };
+        self.at = Some(page.next.clone());
+        if !page.events.is_empty() {
+            let mut text = String::new();
+            for e in &page.events {
+                text.push_str(&format!(
+                    "id: {}\nevent: {}\ndata: {e}\n\n",
+                    e["cursor"].as_str().unwrap_or_default(),
+                    e["type"].as_str().unwrap_or_default(),
+                ));
             }
-            if let Some(e) = page.error {
-                let err = Error::Conflict(format!("the watch {} stopped: {e}", self.id));
-                return out.bytes(format!("event: error\ndata: {}\n\n", err.to_json()).as_bytes());
-            }
-            if beat.elapsed() >= HEARTBEAT {
-                out.bytes(b": heartbeat\n\n")?;
-                beat = Instant::now();
-            }
-            self.watches.wait(
-                seen,
-                (beat + HEARTBEAT).min(Instant::now() + Duration::from_secs(1)),
-            );
+            return Step::Frames(text);
         }
-        Ok(())
+        match page.error {
+            Some(e) => {
+                Step::End(Error::Conflict(format!("the watch {} stopped: {e}", self.id)).to_json())
+            }
+            None => Step::Idle,
+        }
+    }
+
+    fn wait(&self, seen: u64, deadline: Instant) {
+        self.watches.wait(seen, deadline);
     }
 }
 

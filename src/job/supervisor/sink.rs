@@ -18,6 +18,19 @@ pub(super) struct Output {
 }
 
 impl Output {
+    /// Output into `out` under `cap` bytes, nothing written yet.
+    pub(super) fn new(out: File, cap: u64) -> Output {
+        Output {
+            out,
+            cap,
+            written: 0,
+            dropped: 0,
+            write_error: None,
+            events: None,
+            spare: Vec::new(),
+        }
+    }
+
     /// Appends sanitized output, honouring the cap and surviving a full disk.
     pub(super) fn store(&mut self, data: &[u8]) {
         if data.is_empty() {

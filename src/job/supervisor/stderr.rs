@@ -35,15 +35,7 @@ impl Stderr {
         Ok(Stderr {
             pipe: Some(pipe),
             pipeline: Pipeline::new(secrets),
-            out: Output {
-                out: file,
-                cap,
-                written: 0,
-                dropped: 0,
-                write_error: None,
-                events: None,
-                spare: Vec::new(),
-            },
+            out: Output::new(file, cap),
         })
     }
 

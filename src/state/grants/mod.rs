@@ -360,13 +360,7 @@ impl Grants {
 
     fn lock(&self) -> Result<File> {
         let path = self.dir.join(LOCK_FILE);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&path)
+        let file = super::fsutil::open_lock_file(&path)
             .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
         // Held only for a read and a write: ten seconds means its holder is stuck.
         let deadline = Instant::now() + Duration::from_secs(10);
