@@ -30,7 +30,7 @@ use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use super::guard::{Guard, Intent, Place, cstr, id_of};
 use super::sys::{self, Rename};
-use super::{is_dir, open_folder};
+use super::{READ_DIR, is_dir, open_folder};
 
 /// The prefix of a staging folder's name (hidden, beside or inside the target).
 pub const STAGING_PREFIX: &str = ".gitterm-unpack-";
@@ -97,11 +97,6 @@ impl From<Errno> for PackError {
         PackError::Io(e.into())
     }
 }
-
-const READ_DIR: OFlag = OFlag::O_RDONLY
-    .union(OFlag::O_DIRECTORY)
-    .union(OFlag::O_NOFOLLOW)
-    .union(OFlag::O_CLOEXEC);
 
 const READ_FILE: OFlag = OFlag::O_RDONLY
     .union(OFlag::O_NOFOLLOW)

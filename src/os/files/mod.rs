@@ -101,14 +101,15 @@ pub fn size_is_known(f: &File) -> bool {
     sys::fs_type(f.as_fd()).is_none_or(|t| !PSEUDO.contains(&t))
 }
 
+/// How a folder is opened to be read: a symlink in its place is refused, not followed.
+const READ_DIR: OFlag = OFlag::O_RDONLY
+    .union(OFlag::O_DIRECTORY)
+    .union(OFlag::O_NOFOLLOW)
+    .union(OFlag::O_CLOEXEC);
+
 /// The folder at place `p`, opened readable; a symlink there is refused, not followed.
 pub(crate) fn open_folder(p: &Place) -> io::Result<OwnedFd> {
-    Ok(openat(
-        &p.dir,
-        p.name.as_c_str(),
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )?)
+    Ok(openat(&p.dir, p.name.as_c_str(), READ_DIR, Mode::empty())?)
 }
 
 /// lstat of `name` in the folder place `p`.

@@ -9,17 +9,12 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use nix::dir::{Dir, Type};
 use nix::errno::Errno;
-use nix::fcntl::{AtFlags, OFlag, openat};
+use nix::fcntl::{AtFlags, openat};
 use nix::sys::stat::{FileStat, Mode, fstat, fstatat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use super::guard::{Guard, Id, Place, id_of};
-use super::{is_dir, open_folder};
-
-const READ_DIR: OFlag = OFlag::O_RDONLY
-    .union(OFlag::O_DIRECTORY)
-    .union(OFlag::O_NOFOLLOW)
-    .union(OFlag::O_CLOEXEC);
+use super::{READ_DIR, is_dir, open_folder};
 
 /// Removes the entry at `p`; a folder's content too if `recursive` (never crossing into
 /// the state root).
@@ -175,6 +170,7 @@ pub fn page(p: &Place, after: Option<&[u8]>, limit: usize) -> io::Result<(Vec<Ve
 mod tests {
     use super::*;
     use crate::os::files::{FinalLink, Intent};
+    use nix::fcntl::OFlag;
     use proptest::prelude::*;
     use std::os::unix::ffi::OsStrExt;
     use std::path::{Path, PathBuf};
