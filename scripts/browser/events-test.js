@@ -17,12 +17,11 @@
 // Needs playwright-core on NODE_PATH (run.sh installs it) and Chromium at $CHROMIUM or
 // /usr/bin/chromium. Every failure exits non-zero; every exit stops the server.
 'use strict';
-const { spawn, spawnSync } = require('child_process');
+const { spawnSync } = require('child_process');
 const fs = require('fs');
 const http = require('http');
 const os = require('os');
 const path = require('path');
-const readline = require('readline');
 
 const lib = require('./lib');
 const { artifacts } = lib;
@@ -64,35 +63,7 @@ function pageServer() {
 
 // Starts serve on `listen`; resolves with the address from its first log line.
 function startServe(listen, allowedOrigin) {
-  return new Promise((resolve, reject) => {
-    const out = fs.openSync(serveLog, 'a');
-    const child = spawn(binary, ['serve', '--listen', listen, '--allowed-origin', allowedOrigin], {
-      env: { ...process.env, GITTERM_HOME: home },
-      stdio: ['ignore', out, 'pipe'],
-      detached: true,
-    });
-    state.server = child;
-    let first = true;
-    const timer = setTimeout(() => reject(new Error('serve printed no listening line within 15 s')), 15000);
-    readline.createInterface({ input: child.stderr }).on('line', (line) => {
-      fs.appendFileSync(serveLog, line + '\n');
-      if (!first) return;
-      first = false;
-      clearTimeout(timer);
-      try {
-        const ev = JSON.parse(line);
-        if (ev.event !== 'listening' || !ev.address) throw new Error('not a listening line');
-        resolve(ev.address);
-      } catch (e) {
-        reject(new Error(`serve's first line is not its listening line: ${line}`));
-      }
-    });
-    child.on('error', (e) => { clearTimeout(timer); reject(e); });
-    child.on('exit', (code, sig) => {
-      clearTimeout(timer);
-      if (first) reject(new Error(`serve exited (${code ?? sig}) before listening`));
-    });
-  });
+  return lib.startServe(binary, ['--listen', listen, '--allowed-origin', allowedOrigin], home, serveLog, state);
 }
 
 async function stopServe() {

@@ -1,8 +1,11 @@
 // What the browser tests share: the binary argument, the agent API over loopback, polling,
 // the headless Chromium they drive and the handlers that turn any fatal event into a
-// failure. Each test keeps its own server start, cleanup and checks.
+// failure, and the start of `serve`. Each test keeps its own cleanup and checks.
 'use strict';
+const { spawn } = require('child_process');
+const fs = require('fs');
 const http = require('http');
+const readline = require('readline');
 
 const chromiumPath = process.env.CHROMIUM || '/usr/bin/chromium';
 const artifacts = process.env.ARTIFACTS || '/tmp/gitterm-browser-test';
@@ -84,4 +87,40 @@ function failOnFatal(fail) {
   return setTimeout(() => fail(new Error('the whole test took over 180 s')), 180000);
 }
 
-module.exports = { api, artifacts, binaryArg, chromiumPath, failOnFatal, launch, logger, waitFor };
+// Starts `BINARY serve ARGS` with GITTERM_HOME=home in its own process group (a signal to
+// ours, a timeout or ^C, must not stop it before its jobs are ended through it), its log
+// appended to serveLog, kept as state.server; resolves to the address its first line,
+// the listening line, names.
+function startServe(binary, args, home, serveLog, state) {
+  return new Promise((resolve, reject) => {
+    const out = fs.openSync(serveLog, 'a');
+    const child = spawn(binary, ['serve', ...args], {
+      env: { ...process.env, GITTERM_HOME: home },
+      stdio: ['ignore', out, 'pipe'],
+      detached: true,
+    });
+    state.server = child;
+    let first = true;
+    const timer = setTimeout(() => reject(new Error('serve printed no listening line within 15 s')), 15000);
+    readline.createInterface({ input: child.stderr }).on('line', (line) => {
+      fs.appendFileSync(serveLog, line + '\n');
+      if (!first) return;
+      first = false;
+      clearTimeout(timer);
+      try {
+        const ev = JSON.parse(line);
+        if (ev.event !== 'listening' || !ev.address) throw new Error('not a listening line');
+        resolve(ev.address);
+      } catch (e) {
+        reject(new Error(`serve's first line is not its listening line: ${line}`));
+      }
+    });
+    child.on('error', (e) => { clearTimeout(timer); reject(e); });
+    child.on('exit', (code, sig) => {
+      clearTimeout(timer);
+      if (first) reject(new Error(`serve exited (${code ?? sig}) before listening`));
+    });
+  });
+}
+
+module.exports = { api, artifacts, binaryArg, chromiumPath, failOnFatal, launch, logger, startServe, waitFor };

@@ -24,7 +24,6 @@ const http = require('http');
 const net = require('net');
 const os = require('os');
 const path = require('path');
-const readline = require('readline');
 
 const lib = require('./lib');
 const { artifacts } = lib;
@@ -64,31 +63,7 @@ function freePort() {
 }
 
 function startServe() {
-  return new Promise((resolve, reject) => {
-    const child = spawn(binary, ['serve', '--listen', '127.0.0.1:0', '--preview-address', '127.0.0.1'], {
-      env: { ...process.env, GITTERM_HOME: home },
-      stdio: ['ignore', 'ignore', 'pipe'],
-      detached: true,
-    });
-    state.server = child;
-    let first = true;
-    const timer = setTimeout(() => reject(new Error('serve printed no listening line within 15 s')), 15000);
-    readline.createInterface({ input: child.stderr }).on('line', (line) => {
-      fs.appendFileSync(serveLog, line + '\n');
-      if (!first) return;
-      first = false;
-      clearTimeout(timer);
-      try {
-        resolve(JSON.parse(line).address);
-      } catch (e) {
-        reject(new Error(`serve's first line is not its listening line: ${line}`));
-      }
-    });
-    child.on('exit', (code, sig) => {
-      clearTimeout(timer);
-      if (first) reject(new Error(`serve exited (${code ?? sig}) before listening`));
-    });
-  });
+  return lib.startServe(binary, ['--listen', '127.0.0.1:0', '--preview-address', '127.0.0.1'], home, serveLog, state);
 }
 
 function answers(port) {

@@ -7,13 +7,11 @@
 // every exit cancels the job and stops the server. Needs playwright-core and @xterm/xterm on
 // NODE_PATH (run.sh installs them) and Chromium at $CHROMIUM or /usr/bin/chromium.
 'use strict';
-const { spawn } = require('child_process');
 const crypto = require('crypto');
 const fs = require('fs');
 const http = require('http');
 const os = require('os');
 const path = require('path');
-const readline = require('readline');
 
 const lib = require('./lib');
 const { artifacts } = lib;
@@ -97,37 +95,7 @@ function pageServer() {
 }
 
 function startServe(allowedOrigin) {
-  return new Promise((resolve, reject) => {
-    const out = fs.openSync(serveLog, 'a');
-    const child = spawn(binary, ['serve', '--listen', '127.0.0.1:0', '--allowed-origin', allowedOrigin], {
-      env: { ...process.env, GITTERM_HOME: home },
-      stdio: ['ignore', out, 'pipe'],
-      // Its own process group: a signal to ours (timeout, ^C) must not stop it before the
-      // job is cancelled through it.
-      detached: true,
-    });
-    state.server = child;
-    let first = true;
-    const timer = setTimeout(() => reject(new Error('serve printed no listening line within 15 s')), 15000);
-    readline.createInterface({ input: child.stderr }).on('line', (line) => {
-      fs.appendFileSync(serveLog, line + '\n');
-      if (!first) return;
-      first = false;
-      clearTimeout(timer);
-      try {
-        const ev = JSON.parse(line);
-        if (ev.event !== 'listening' || !ev.address) throw new Error('not a listening line');
-        resolve(ev.address);
-      } catch (e) {
-        reject(new Error(`serve's first line is not its listening line: ${line}`));
-      }
-    });
-    child.on('error', (e) => { clearTimeout(timer); reject(e); });
-    child.on('exit', (code, sig) => {
-      clearTimeout(timer);
-      if (first) reject(new Error(`serve exited (${code ?? sig}) before listening`));
-    });
-  });
+  return lib.startServe(binary, ['--listen', '127.0.0.1:0', '--allowed-origin', allowedOrigin], home, serveLog, state);
 }
 
 const waitFor = (what, fn, timeoutMs = 15000) => lib.waitFor(what, fn, timeoutMs);
